@@ -1,0 +1,24 @@
+# Multi-stage build of the single calico-node image. The final image holds
+# the one binary plus the kernel tools the dataplane shells out to.
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X github.com/projectcalico/calico-node/buildinfo.Version=${VERSION}" \
+      -o /out/calico-node .
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      iptables ipset iproute2 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/calico-node /usr/bin/calico-node
+# One binary, several names: argv[0] picks the entry point.
+RUN ln -s calico-node /usr/bin/calicoctl \
+ && ln -s calico-node /usr/bin/calico \
+ && ln -s calico-node /usr/bin/calico-ipam
+ENTRYPOINT ["/usr/bin/calico-node"]
+CMD ["run"]

@@ -1,0 +1,39 @@
+// Package buildinfo reports the version the binary was built as. Version is
+// stamped at link time (-ldflags "-X .../buildinfo.Version=v1.2.3"); the VCS
+// revision comes from the Go toolchain's embedded build info.
+package buildinfo
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+// Version is set by the linker; it is never written at run time.
+var Version = "dev"
+
+// Revision returns the VCS revision the binary was built from, or "unknown".
+func Revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+// String is the one-line version banner shared by every entry point.
+func String() string {
+	return fmt.Sprintf("calico-node %s (revision %s, %s, %s/%s)", Version, Revision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,21 @@
+// Package ctl is calicoctl: the verbs that manage Calico resources in the
+// datastore (create, apply, replace, delete, get, patch) and the client
+// configuration they connect with.
+//
+// Model: every verb reads documents (files, directories or stdin) or a
+// kind/name from the command line, then talks to the datastore through
+// datastore.Store. Writes validate every document first: a file with any
+// invalid document writes nothing and reports each bad one by index, kind
+// and name.
+//
+// Design: the urfave/cli commands are thin; each verb is a function taking
+// a *session (resolved config, open store, output writers) so the same code
+// serves `calicoctl ...` and `calico-node ctl ...`.
+//
+// Connection settings, lowest to highest precedence: the built-in default
+// (http://127.0.0.1:2379), the client config file (/etc/calico/calicoctl.cfg
+// or --config; v3 CalicoAPIConfig or the v1 calicoApiConfig form), the
+// ETCD_* / DATASTORE_TYPE environment variables, then command-line flags.
+//
+// Thread safety: one command per process; nothing is shared.
+package ctl

@@ -1,0 +1,47 @@
+// Command calico-node is Project Calico's container networking in one
+// binary. What it does depends on the name it was started under:
+//
+//	calico       the CNI network plugin (kubelet/containerd execute it)
+//	calico-ipam  the CNI IPAM plugin
+//	calicoctl    the CLI
+//	anything else: the `calico-node` app (run, ctl, status, version)
+//
+// Keep this file and everything it imports cheap at package init: the CNI
+// plugin path is latency-critical and pays for every init() linked in.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/projectcalico/calico-node/cni"
+	"github.com/projectcalico/calico-node/ctl"
+)
+
+func main() {
+	if err := dispatch(filepath.Base(os.Args[0]), os.Args); err != nil {
+		os.Exit(1)
+	}
+}
+
+// dispatch runs the entry point named by argv[0] and returns its error,
+// which the entry point has already reported in its own format (CNI error
+// JSON on stdout for the plugins, a message on stderr for the CLIs).
+func dispatch(name string, args []string) error {
+	switch name {
+	case cni.NetworkPlugin, cni.IPAMPlugin:
+		return cni.Main(name)
+	case "calicoctl":
+		return report(ctl.NewApp().Run(args))
+	default:
+		return report(newApp().Run(args))
+	}
+}
+
+func report(err error) error {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+	}
+	return err
+}

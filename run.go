@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v2"
+	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/autodetect"
+	"github.com/projectcalico/calico-node/buildinfo"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/embedetcd"
+	"github.com/projectcalico/calico-node/health"
+	"github.com/projectcalico/calico-node/startup"
+)
+
+// runConfig is everything `calico-node run` is told by flags and env.
+type runConfig struct {
+	etcd          datastore.Config
+	dataDir       string
+	embedClient   string
+	embedPeer     string
+	healthAddr    string
+	logLevel      slog.Level
+	node          startup.Config
+	startupBudget time.Duration
+}
+
+func runCommand() *cli.Command {
+	env := func(names ...string) []string { return names }
+	return &cli.Command{
+		Name:  "run",
+		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
+			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
+			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
+			&cli.StringFlag{Name: "etcd-key-file", EnvVars: env("ETCD_KEY_FILE")},
+			&cli.StringFlag{Name: "etcd-username", EnvVars: env("ETCD_USERNAME")},
+			&cli.StringFlag{Name: "etcd-password", EnvVars: env("ETCD_PASSWORD")},
+			&cli.StringFlag{Name: "data-dir", EnvVars: env("CALICO_DATA_DIR"), Value: "/var/lib/calico", Usage: "state directory (embedded etcd data, nodename file)"},
+			&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
+			&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
+			&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
+			&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error"},
+			&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
+			&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
+			&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
+			&cli.StringFlag{Name: "ip-autodetection-method", EnvVars: env("IP_AUTODETECTION_METHOD"), Value: "first-found"},
+			&cli.StringFlag{Name: "ip6-autodetection-method", EnvVars: env("IP6_AUTODETECTION_METHOD"), Value: "first-found"},
+			&cli.StringFlag{Name: "as", EnvVars: env("AS"), Usage: "this node's AS number (default: BGPConfiguration's)"},
+			&cli.StringFlag{Name: "ipv4pool-cidr", EnvVars: env("CALICO_IPV4POOL_CIDR"), Value: "192.168.0.0/16"},
+			&cli.StringFlag{Name: "ipv4pool-ipip", EnvVars: env("CALICO_IPV4POOL_IPIP"), Value: "Never"},
+			&cli.StringFlag{Name: "ipv4pool-vxlan", EnvVars: env("CALICO_IPV4POOL_VXLAN"), Value: "Never"},
+			&cli.StringFlag{Name: "ipv4pool-nat-outgoing", EnvVars: env("CALICO_IPV4POOL_NAT_OUTGOING"), Value: "true"},
+			&cli.IntFlag{Name: "ipv4pool-block-size", EnvVars: env("CALICO_IPV4POOL_BLOCK_SIZE")},
+			&cli.StringFlag{Name: "ipv4pool-node-selector", EnvVars: env("CALICO_IPV4POOL_NODE_SELECTOR")},
+			&cli.StringFlag{Name: "ipv6pool-cidr", EnvVars: env("CALICO_IPV6POOL_CIDR")},
+			&cli.StringFlag{Name: "ipv6pool-vxlan", EnvVars: env("CALICO_IPV6POOL_VXLAN"), Value: "Never"},
+			&cli.StringFlag{Name: "ipv6pool-nat-outgoing", EnvVars: env("CALICO_IPV6POOL_NAT_OUTGOING"), Value: "false"},
+			&cli.IntFlag{Name: "ipv6pool-block-size", EnvVars: env("CALICO_IPV6POOL_BLOCK_SIZE")},
+			&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
+			&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
+			&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := runConfigFrom(c, os.Getenv)
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+			return runNode(c.Context, cfg, logger)
+		},
+	}
+}
+
+func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error) {
+	var cfg runConfig
+	if eps := c.String("etcd-endpoints"); eps != "" {
+		for _, e := range strings.Split(eps, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				cfg.etcd.Endpoints = append(cfg.etcd.Endpoints, e)
+			}
+		}
+	}
+	cfg.etcd.CACertFile = c.String("etcd-ca-cert-file")
+	cfg.etcd.CertFile = c.String("etcd-cert-file")
+	cfg.etcd.KeyFile = c.String("etcd-key-file")
+	cfg.etcd.Username = c.String("etcd-username")
+	cfg.etcd.Password = c.String("etcd-password")
+	cfg.dataDir = c.String("data-dir")
+	cfg.embedClient = c.String("embedded-etcd-client-url")
+	cfg.embedPeer = c.String("embedded-etcd-peer-url")
+	cfg.startupBudget = 2 * time.Minute
+
+	cfg.healthAddr = c.String("health-addr")
+	if cfg.healthAddr == "" {
+		host, port := getenv("FELIX_HEALTHHOST"), getenv("FELIX_HEALTHPORT")
+		if host == "" || host == "localhost" {
+			host = "127.0.0.1"
+		}
+		if port == "" {
+			port = "9099"
+		}
+		cfg.healthAddr = host + ":" + port
+	}
+	lvl, err := parseLogLevel(c.String("log-level"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.logLevel = lvl
+
+	name, err := startup.NodeName(c.String("nodename"), getenv)
+	if err != nil {
+		return cfg, err
+	}
+	nat4, err := parseBool("CALICO_IPV4POOL_NAT_OUTGOING", c.String("ipv4pool-nat-outgoing"))
+	if err != nil {
+		return cfg, err
+	}
+	nat6, err := parseBool("CALICO_IPV6POOL_NAT_OUTGOING", c.String("ipv6pool-nat-outgoing"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.node = startup.Config{
+		NodeName:  name,
+		IP:        c.String("ip"),
+		IP6:       c.String("ip6"),
+		IPMethod:  c.String("ip-autodetection-method"),
+		IP6Method: c.String("ip6-autodetection-method"),
+		ASNumber:  c.String("as"),
+		IPv4Pool: startup.PoolConfig{
+			CIDR: c.String("ipv4pool-cidr"), BlockSize: c.Int("ipv4pool-block-size"),
+			IPIPMode: c.String("ipv4pool-ipip"), VXLANMode: c.String("ipv4pool-vxlan"),
+			NATOutgoing: nat4, NodeSelector: c.String("ipv4pool-node-selector"),
+		},
+		IPv6Pool: startup.PoolConfig{
+			CIDR: c.String("ipv6pool-cidr"), BlockSize: c.Int("ipv6pool-block-size"),
+			VXLANMode: c.String("ipv6pool-vxlan"), NATOutgoing: nat6,
+			NodeSelector: c.String("ipv6pool-node-selector"),
+		},
+		NoDefaultPools: c.Bool("no-default-pools"),
+		ClusterType:    c.String("cluster-type"),
+		Version:        buildinfo.Version,
+		NodenameFile:   filepath.Join(cfg.dataDir, "nodename"),
+	}
+	return cfg, nil
+}
+
+func parseBool(name, v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%s=%q is not true or false", name, v)
+	}
+	return b, nil
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error", "fatal", "panic", "critical":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("unknown log level %q (debug, info, warning, error)", s)
+}
+
+// datastoreFuture hands the connected store from the startup actor to the
+// actors that need it, once node registration is done.
+type datastoreFuture struct {
+	ready chan struct{}
+	store *datastore.Store
+}
+
+func (f *datastoreFuture) wait(ctx context.Context) (*datastore.Store, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-f.ready:
+		return f.store, nil
+	}
+}
+
+// runNode is the one run.Group of `calico-node run`. The first actor to
+// return stops all the others.
+func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
+	logger.Info("starting", "version", buildinfo.String(), "node", cfg.node.NodeName)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	agg := health.NewAggregator()
+
+	var g run.Group
+	// Signal handler: SIGINT/SIGTERM stop the group.
+	{
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sig)
+			select {
+			case s := <-sig:
+				logger.Info("received signal, stopping", "signal", s.String())
+				return nil
+			case <-ctx.Done():
+				return nil
+			}
+		}, func(error) { cancel() })
+	}
+	// Health and metrics server.
+	{
+		srv := health.NewServer(cfg.healthAddr, agg, reg, logger)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			err := srv.Run(ctx)
+			logger.Info("health server stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// Embedded etcd, only when no external endpoints are configured.
+	var etcdReady <-chan struct{}
+	if len(cfg.etcd.Endpoints) == 0 {
+		srv := embedetcd.New(embedetcd.Config{
+			DataDir:   filepath.Join(cfg.dataDir, "etcd"),
+			ClientURL: cfg.embedClient,
+			PeerURL:   cfg.embedPeer,
+			Name:      cfg.node.NodeName,
+			Logger:    logger,
+		})
+		cfg.etcd.Endpoints = srv.Endpoints()
+		etcdReady = srv.Ready()
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			err := srv.Run(ctx)
+			logger.Info("embedded etcd stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// Startup: connect to the datastore, register the node, then hold the
+	// connection for the other actors until the group stops.
+	future := &datastoreFuture{ready: make(chan struct{})}
+	{
+		rep := agg.Register("startup", false, true, 0)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			if etcdReady != nil {
+				select {
+				case <-etcdReady:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			store, err := connect(ctx, cfg.etcd, logger)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			rep.Report(true, false, "registering node")
+			node, err := startup.Run(ctx, store, autodetect.NetlinkSource{Handle: &netlink.Handle{}}, cfg.node, logger)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("node startup: %w", err)
+			}
+			rep.Report(true, true, "node "+node.Name+" registered")
+			future.store = store
+			close(future.ready)
+			<-ctx.Done()
+			logger.Info("datastore connection closing")
+			return nil
+		}, func(error) { cancel() })
+	}
+	// confwatch: the typed cache every later actor subscribes to.
+	{
+		rep := agg.Register("confwatch", true, true, 0)
+		rep.Report(true, false, "waiting for datastore")
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			store, err := future.wait(ctx)
+			if err != nil {
+				return nil
+			}
+			w := confwatch.New(store, logger, reg)
+			go func() {
+				select {
+				case <-w.Synced():
+					rep.Report(true, true, "in sync")
+				case <-ctx.Done():
+				}
+			}()
+			err = w.Run(ctx)
+			logger.Info("confwatch stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	return g.Run()
+}
+
+// connect retries until the datastore answers: at start-up etcd may still
+// be coming up (embedded, or a pod on the same node).
+func connect(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (*datastore.Store, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		store, err := datastore.New(ctx, cfg)
+		if err == nil {
+			return store, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var cfgErr *datastore.ConfigError
+		if errors.As(err, &cfgErr) {
+			return nil, err // bad TLS files etc.: retrying won't help
+		}
+		logger.Warn("datastore not reachable, retrying", "endpoints", cfg.Endpoints, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+var _ = api.GroupVersion

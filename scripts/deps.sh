@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests need when they are missing, and the
+# Go modules. Safe to run repeatedly; does nothing when all is present.
+set -euo pipefail
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+command -v ipset >/dev/null 2>&1 || need+=(ipset)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+
+if ((${#need[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing packages: ${need[*]}; run as root (or: sudo apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+  echo "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+go mod download

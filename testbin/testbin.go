@@ -1,0 +1,66 @@
+// Package testbin gives tests the calico-node binary and its argv[0] names.
+//
+// `make test` builds the binary once and exports CALICO_NODE_BIN; a plain
+// `go test` of one package builds it into a temporary directory instead, at
+// most once per test process.
+//
+// Thread safety: Path and Dir are safe to call from parallel tests.
+package testbin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once     sync.Once
+	built    string
+	buildErr error
+	buildOut []byte
+)
+
+// Path returns the absolute path of the calico-node binary.
+func Path(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("CALICO_NODE_BIN"); p != "" {
+		return p
+	}
+	once.Do(func() {
+		dir, err := os.MkdirTemp("", "calico-node-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = filepath.Join(dir, "calico-node")
+		cmd := exec.Command("go", "build", "-o", built, ".")
+		cmd.Dir = repoRoot()
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build calico-node: %v\n%s", buildErr, buildOut)
+	}
+	return built
+}
+
+// Dir returns a fresh directory holding calico-node and the symlinks
+// calico, calico-ipam and calicoctl to it, as installed on a node.
+func Dir(t testing.TB) string {
+	t.Helper()
+	bin := Path(t)
+	dir := t.TempDir()
+	for _, name := range []string{"calico-node", "calico", "calico-ipam", "calicoctl"} {
+		if err := os.Symlink(bin, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
