@@ -33,10 +33,20 @@ func dispatch(name string, args []string) error {
 	case cni.NetworkPlugin, cni.IPAMPlugin:
 		return cni.Main(name)
 	case "calicoctl":
-		return report(ctl.NewApp().Run(args))
+		return report(ctl.NewApp().Run(calicoctlArgs(args, 1)))
 	default:
+		if len(args) > 1 && args[1] == "ctl" {
+			args = calicoctlArgs(args, 2)
+		}
 		return report(newApp().Run(args))
 	}
+}
+
+// calicoctlArgs lets calicoctl flags follow positional arguments, as users
+// type them; verbAt is where the calicoctl part of args starts.
+func calicoctlArgs(args []string, verbAt int) []string {
+	out := append([]string{}, args[:verbAt]...)
+	return append(out, ctl.NormalizeArgs(args[verbAt:])...)
 }
 
 func report(err error) error {

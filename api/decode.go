@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -235,7 +236,7 @@ func (d *decoder) value(v any, listVersion, listKind string, inList bool) {
 	case apiVersion == "":
 		doc.Err = fmt.Errorf("apiVersion is missing: use %s", GroupVersion)
 	case apiVersion == legacyVersion:
-		doc = d.legacy(m, kind, doc)
+		doc = decodeLegacy(m, kind, doc)
 	case apiVersion != GroupVersion && apiVersion != CRDVersion:
 		doc.Err = fmt.Errorf("unsupported apiVersion %q: use %s (or %s)", apiVersion, GroupVersion, CRDVersion)
 	default:
@@ -394,16 +395,19 @@ func decodeStrict(v any, obj any) error {
 // Marshal renders obj as "yaml" or "json" (indented), with apiVersion
 // projectcalico.org/v3 and its kind. obj is not modified.
 func Marshal(obj Object, format string) ([]byte, error) {
-	tm := obj.Type()
-	saved := *tm
+	// Set the header on a shallow copy so that obj stays untouched (and
+	// safe to share with readers).
+	cp := reflect.New(reflect.TypeOf(obj).Elem())
+	cp.Elem().Set(reflect.ValueOf(obj).Elem())
+	c := cp.Interface().(Object)
+	tm := c.Type()
 	if tm.Kind == "" {
 		if k, ok := kindOf(obj); ok {
 			tm.Kind = k
 		}
 	}
 	tm.APIVersion = GroupVersion
-	b, err := json.Marshal(obj)
-	*tm = saved
+	b, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("marshal %s: %w", tm.Kind, err)
 	}

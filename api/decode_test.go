@@ -396,6 +396,22 @@ items:
 			{0, "IPPool", "10-0-0-0-16", ""},
 			{1, "IPPool", "", `spec.ipip.mode: "sometimes" must be always or cross-subnet`},
 		}},
+		{"kubectl export metadata", `
+apiVersion: crd.projectcalico.org/v1
+kind: IPPool
+metadata:
+  annotations: {kubectl.kubernetes.io/last-applied-configuration: "{}"}
+  creationTimestamp: 2026-11-21T22:19:18Z
+  generation: 1
+  name: default-ipv4-ippool
+  resourceVersion: "1234"
+  uid: 3f249d13-6a4d-4cad-94c4-37eed44e5aec
+  managedFields: [{manager: kubectl, fieldsV1: {f:spec: {}}}]
+spec: {cidr: 192.168.0.0/16}
+`, []docSummary{{0, "IPPool", "default-ipv4-ippool", ""}}},
+		{"crlf line endings", "apiVersion: projectcalico.org/v3\r\nkind: Profile\r\nmetadata: {name: a}\r\n---\r\napiVersion: projectcalico.org/v3\r\nkind: Profile\r\nmetadata: {name: b}\r\n", []docSummary{
+			{0, "Profile", "a", ""}, {1, "Profile", "b", ""},
+		}},
 		{"not utf-8 is per input", "\xff\xfe", nil},
 	}
 	for _, tc := range cases {

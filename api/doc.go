@@ -12,6 +12,15 @@
 // fills, Validate reports every bad field as a FieldError naming its path
 // and value. Nothing here does I/O.
 //
+// Deliberate choices: the default tier stays implicit (Spec.Tier empty,
+// TierName() reports "default") so default-tier policies are stored as
+// Calico stores them; Default never repairs what Validate should reject (an
+// IPPool CIDR with host bits set is refused, as Calico refuses it); an
+// IPPool's "spec.disable", a misspelling found in circulating manifests, is
+// read as "disabled"; calicoctl v1 ipPool, bgpPeer, node and hostEndpoint
+// documents are converted with calico-upgrade's naming rules, other v1
+// kinds are refused with a pointer to the v3 form.
+//
 // Thread safety: values are not safe for concurrent mutation; the registry is
 // immutable after package initialisation.
 package api

@@ -32,7 +32,7 @@ var legacyKinds = map[string]func(m map[string]any, doc Document) Document{
 	"tier":             nil,
 }
 
-func (d *decoder) legacy(m map[string]any, kind string, doc Document) Document {
+func decodeLegacy(m map[string]any, kind string, doc Document) Document {
 	conv, known := legacyKinds[kind]
 	switch {
 	case kind == "calicoApiConfig":

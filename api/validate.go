@@ -201,11 +201,7 @@ func checkEnum[T ~string](f *fieldErrors, path string, s T, allowed ...T) {
 			return
 		}
 	}
-	names := make([]string, len(allowed))
-	for i, a := range allowed {
-		names[i] = string(a)
-	}
-	f.add(path, string(s), "must be one of "+strings.Join(names, ", "))
+	f.add(path, string(s), "must be one of "+joinStrings(allowed))
 }
 
 // checkOptEnum checks an optional enumerated pointer field.
@@ -359,7 +355,7 @@ func checkPortValue(f *fieldErrors, path string, p Port) {
 	}
 }
 
-// checkPortSyntax checks the name syntax of a numorstring Port name.
+// checkPorts checks a list of ports.
 func checkPorts(f *fieldErrors, path string, ports []Port) {
 	for i, p := range ports {
 		checkPortValue(f, index(path, i), p)

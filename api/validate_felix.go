@@ -108,7 +108,7 @@ func (s *FelixConfigurationSpec) validate(f *fieldErrors) {
 	checkOptEnum(f, "spec.bpfConntrackMode", s.BPFConntrackCleanupMode, "Auto", "Userspace", "BPFProgram")
 	if s.BPFLogFilters != nil {
 		for _, k := range sortedKeys(*s.BPFLogFilters) {
-			if k != "all" && !isInterfaceName(k) {
+			if !isInterfaceName(k) {
 				f.add("spec.bpfLogFilters", k, "is not a valid interface name")
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -99,8 +100,8 @@ func TestUnimplementedCommandsReturnCNIError(t *testing.T) {
 			if jerr := json.Unmarshal(out, &e); jerr != nil {
 				t.Fatalf("stdout is not a CNI error object: %v: %q", jerr, out)
 			}
-			if e.Code == 0 || e.Msg == "" || e.CNIVersion != "1.0.0" {
-				t.Errorf("error object %+v: want a code, a message and cniVersion 1.0.0", e)
+			if e.Code != 999 || !strings.Contains(e.Msg, cmd+" is not implemented") {
+				t.Errorf("error object %+v: want code 999 (internal) and a message naming %s", e, cmd)
 			}
 		})
 	}
@@ -109,6 +110,13 @@ func TestUnimplementedCommandsReturnCNIError(t *testing.T) {
 		var e struct{ Code int }
 		if err := json.Unmarshal(out, &e); err != nil || e.Code != 6 {
 			t.Errorf("malformed config: want CNI error code 6, got %q", out)
+		}
+	})
+	t.Run("unsupported-version", func(t *testing.T) {
+		out, err := execPlugin(t, filepath.Join(dir, "calico"), "VERSION", `{"cniVersion":"9.9.9"}`)
+		var e struct{ Code int }
+		if err == nil || json.Unmarshal(out, &e) != nil || e.Code != 1 {
+			t.Errorf("VERSION for 9.9.9: want CNI error code 1 (incompatible version), got %q (%v)", out, err)
 		}
 	})
 	t.Run("bad-command", func(t *testing.T) {
