@@ -151,10 +151,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err // ctx done
 	}
+	events := w.src.Watch(ctx, "", rev+1)
 	w.markSynced()
 	w.log.Info("in sync", "resources", len(w.cache), "revision", rev)
-
-	events := w.src.Watch(ctx, "", rev+1)
 	for {
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,242 @@
+package confwatch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/datastore"
+)
+
+// fakeSource is a hand-written datastore: lists come from a map, watch
+// events from a channel the test feeds.
+type fakeSource struct {
+	mu        sync.Mutex
+	objs      map[string][]api.Object // by kind
+	revs      map[string]int64
+	listFails int
+	events    chan datastore.Event
+	watchFrom int64
+}
+
+func newFake() *fakeSource {
+	return &fakeSource{objs: map[string][]api.Object{}, revs: map[string]int64{}, events: make(chan datastore.Event, 100)}
+}
+
+func (f *fakeSource) List(ctx context.Context, kind, ns string) ([]api.Object, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listFails > 0 {
+		f.listFails--
+		return nil, 0, errors.New("etcd unavailable")
+	}
+	rev := f.revs[kind]
+	if rev == 0 {
+		rev = 10
+	}
+	return f.objs[kind], rev, nil
+}
+
+func (f *fakeSource) Watch(ctx context.Context, kind string, from int64) <-chan datastore.Event {
+	f.mu.Lock()
+	f.watchFrom = from
+	f.mu.Unlock()
+	return f.events
+}
+
+func pool(name string, rev int64) api.Object {
+	p := &api.IPPool{}
+	p.Kind, p.APIVersion, p.Name = "IPPool", api.GroupVersion, name
+	p.ResourceVersion = strconv.FormatInt(rev, 10)
+	p.Spec.CIDR = "10.0.0.0/16"
+	return p
+}
+
+func node(name string, rev int64) api.Object {
+	n := &api.Node{}
+	n.Kind, n.APIVersion, n.Name = "Node", api.GroupVersion, name
+	n.ResourceVersion = strconv.FormatInt(rev, 10)
+	return n
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func start(t *testing.T, src Source) (*Watcher, context.CancelFunc) {
+	t.Helper()
+	w := New(src, quiet(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	})
+	return w, cancel
+}
+
+func next(t *testing.T, s *Subscription) []Update {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ups, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return ups
+}
+
+func names(ups []Update) []string {
+	var out []string
+	for _, u := range ups {
+		out = append(out, u.Type.String()+":"+u.Key.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSnapshotThenUpdates(t *testing.T) {
+	f := newFake()
+	f.objs["IPPool"] = []api.Object{pool("a", 5), pool("b", 6)}
+	f.objs["Node"] = []api.Object{node("n1", 7)}
+	f.revs["IPPool"], f.revs["Node"] = 8, 9
+	w := New(f, quiet(), nil)
+	pools := w.Subscribe("ippools") // before Run: gets the snapshot at sync
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+
+	select {
+	case <-w.Synced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("never synced")
+	}
+	if got := names(next(t, pools)); !equal(got, []string{"set:IPPool(a)", "set:IPPool(b)"}) {
+		t.Errorf("snapshot = %v", got)
+	}
+	// The watch replays from the lowest list revision + 1.
+	f.mu.Lock()
+	if f.watchFrom != 9 {
+		t.Errorf("watch from %d, want 9 (lowest list revision 8, plus one)", f.watchFrom)
+	}
+	f.mu.Unlock()
+
+	// Replayed events no newer than the listed object are dropped; newer
+	// ones are delivered; Node events don't reach an IPPool subscriber.
+	f.events <- datastore.Event{Type: datastore.Modified, Object: pool("a", 5), Revision: 5}
+	f.events <- datastore.Event{Type: datastore.Modified, Object: node("n1", 11), Revision: 11}
+	f.events <- datastore.Event{Type: datastore.Modified, Object: pool("b", 12), Revision: 12}
+	f.events <- datastore.Event{Type: datastore.Deleted, Object: pool("a", 5), Revision: 13}
+	var got []Update
+	for len(got) < 2 {
+		got = append(got, next(t, pools)...)
+	}
+	if len(got) != 2 || got[0].Type != Set || got[0].Key.Name != "b" || got[0].Object.Meta().ResourceVersion != "12" || got[1].Type != Delete || got[1].Key.Name != "a" {
+		t.Errorf("updates = %v", names(got))
+	}
+
+	// A late subscriber gets the current state as its snapshot.
+	all := w.Subscribe()
+	if got := names(next(t, all)); !equal(got, []string{"set:IPPool(b)", "set:Node(n1)"}) {
+		t.Errorf("late snapshot = %v", got)
+	}
+}
+
+func TestEmptySnapshotIsDelivered(t *testing.T) {
+	f := newFake()
+	w, _ := start(t, f)
+	s := w.Subscribe("Node")
+	if ups := next(t, s); len(ups) != 0 {
+		t.Errorf("snapshot of an empty datastore = %v", names(ups))
+	}
+	_ = w
+}
+
+func TestListRetriedUntilItWorks(t *testing.T) {
+	f := newFake()
+	f.listFails = 2
+	f.objs["Node"] = []api.Object{node("n1", 3)}
+	w, _ := start(t, f)
+	select {
+	case <-w.Synced():
+	case <-time.After(5 * time.Second):
+		t.Fatal("never synced after transient list errors")
+	}
+	if got := names(next(t, w.Subscribe("Node"))); !equal(got, []string{"set:Node(n1)"}) {
+		t.Errorf("snapshot = %v", got)
+	}
+}
+
+// A Reset (relist after compaction) reaches subscribers as the difference.
+func TestResetDeliveredAsDiff(t *testing.T) {
+	f := newFake()
+	f.objs["Node"] = []api.Object{node("keep", 3), node("change", 4), node("gone", 5)}
+	w, _ := start(t, f)
+	s := w.Subscribe("Node")
+	next(t, s) // snapshot
+	f.events <- datastore.Event{Type: datastore.Reset, Revision: 50, Objects: []api.Object{
+		node("keep", 3), node("change", 40), node("new", 41),
+	}}
+	got := names(next(t, s))
+	want := []string{"delete:Node(gone)", "set:Node(change)", "set:Node(new)"}
+	if !equal(got, want) {
+		t.Errorf("reset diff = %v, want %v", got, want)
+	}
+	// Afterwards the cache reflects the reset: an old event is ignored.
+	f.events <- datastore.Event{Type: datastore.Modified, Object: node("change", 39), Revision: 39}
+	f.events <- datastore.Event{Type: datastore.Added, Object: node("later", 60), Revision: 60}
+	if got := names(next(t, s)); !equal(got, []string{"set:Node(later)"}) {
+		t.Errorf("after reset = %v", got)
+	}
+}
+
+// A slow subscriber never blocks the watcher; it gets everything batched.
+func TestSlowSubscriberBatches(t *testing.T) {
+	f := newFake()
+	w, _ := start(t, f)
+	s := w.Subscribe("Node")
+	next(t, s)
+	for i := 1; i <= 50; i++ {
+		f.events <- datastore.Event{Type: datastore.Added, Object: node("n"+strconv.Itoa(i), int64(100+i)), Revision: int64(100 + i)}
+	}
+	seen := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for seen < 50 && time.Now().Before(deadline) {
+		seen += len(next(t, s))
+	}
+	if seen != 50 {
+		t.Errorf("received %d of 50 updates", seen)
+	}
+}
+
+func TestNextHonoursContext(t *testing.T) {
+	f := newFake()
+	w, _ := start(t, f)
+	s := w.Subscribe("Node")
+	next(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Next(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Next on an idle subscription with a done ctx = %v", err)
+	}
+}
