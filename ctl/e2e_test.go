@@ -381,3 +381,45 @@ func TestEtcdDown(t *testing.T) {
 		t.Errorf("etcdv2: %s", stderr)
 	}
 }
+
+// TLS etcd through each way of configuring calicoctl: flags, ETCD_* env and
+// the v3 and v1 client config files.
+func TestTLSConfigurations(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithTLS())
+	bin := filepath.Join(testbin.Dir(t), "calicoctl")
+	ep := strings.Join(srv.Endpoints, ",")
+	dir := t.TempDir()
+	v3 := filepath.Join(dir, "v3.cfg")
+	os.WriteFile(v3, []byte("apiVersion: projectcalico.org/v3\nkind: CalicoAPIConfig\nmetadata:\nspec:\n  datastoreType: etcdv3\n  etcdEndpoints: "+ep+
+		"\n  etcdKeyFile: "+srv.KeyFile+"\n  etcdCertFile: "+srv.CertFile+"\n  etcdCACertFile: "+srv.CACertFile+"\n"), 0o600)
+	v1 := filepath.Join(dir, "v1.cfg")
+	os.WriteFile(v1, []byte("apiVersion: v1\nkind: calicoApiConfig\nmetadata:\nspec:\n  datastoreType: \"etcdv3\"\n  etcdEndpoints: \""+ep+
+		"\"\n  etcdKeyFile: \""+srv.KeyFile+"\"\n  etcdCertFile: \""+srv.CertFile+"\"\n  etcdCACertFile: \""+srv.CACertFile+"\"\n"), 0o600)
+	tlsEnv := []string{"ETCD_ENDPOINTS=" + ep, "ETCD_KEY_FILE=" + srv.KeyFile, "ETCD_CERT_FILE=" + srv.CertFile, "ETCD_CA_CERT_FILE=" + srv.CACertFile}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"flags", nil, []string{"--etcd-endpoints", ep, "--etcd-key-file", srv.KeyFile, "--etcd-cert-file", srv.CertFile, "--etcd-ca-cert-file", srv.CACertFile}},
+		{"env", tlsEnv, nil},
+		{"v3 config", nil, []string{"--config", v3}},
+		{"v1 config", nil, []string{"-c", v1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"get", "ippools", "-o", "name"}, tc.args...)
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, tc.env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("calicoctl %v: %v\n%s", args, err, out)
+			}
+		})
+	}
+	// Without the CA the server's certificate is not trusted: a clear error.
+	cmd := exec.Command(bin, "get", "ippools", "--etcd-endpoints", ep)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "certificate") {
+		t.Errorf("no CA: %v %s", err, out)
+	}
+}
