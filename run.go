@@ -19,7 +19,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/vishvananda/netlink"
 
-	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/autodetect"
 	"github.com/projectcalico/calico-node/buildinfo"
 	"github.com/projectcalico/calico-node/confwatch"
@@ -341,4 +340,3 @@ func connect(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (*d
 	}
 }
 
-var _ = api.GroupVersion

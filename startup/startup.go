@@ -225,17 +225,22 @@ func chooseAddress(family int, setting, method, current string, src autodetect.S
 		if (family == 4) != p.Addr().Is4() {
 			return "", fmt.Errorf("%s=%q is not an IPv%d address", env, setting, family)
 		}
+		// A bare address takes its prefix length from the host interface
+		// that has it, as calico-node does.
+		p, _, err = autodetect.Resolve(setting, family, src)
+		if err != nil {
+			return "", fmt.Errorf("%s=%q: %w", env, setting, err)
+		}
 		return p.String(), nil
 	}
 	m, err := autodetect.ParseMethod(method)
 	if err != nil {
 		return "", fmt.Errorf("%s_AUTODETECTION_METHOD=%q: %w", env, method, err)
 	}
-	p, iface, err := autodetect.Detect(m, family, src)
+	p, _, err := autodetect.Detect(m, family, src)
 	if err != nil {
 		return "", fmt.Errorf("autodetect IPv%d address (%s_AUTODETECTION_METHOD=%q): %w", family, env, method, err)
 	}
-	_ = iface
 	return p.String(), nil
 }
 
