@@ -339,4 +339,3 @@ func connect(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (*d
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
-

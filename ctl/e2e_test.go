@@ -230,7 +230,10 @@ func TestCalicoWrittenDatastore(t *testing.T) {
 			}
 		}
 	}
-	for _, tc := range []struct{ args []string; file string }{
+	for _, tc := range []struct {
+		args []string
+		file string
+	}{
 		{[]string{"get", "node", "node1"}, "01-node.yaml"},
 		{[]string{"get", "ippool", "pool1"}, "02-ippool.yaml"},
 		{[]string{"get", "bgppeer", "peer1"}, "03-bgppeer.yaml"},
