@@ -1,0 +1,28 @@
+// Package routes owns this node's kernel routes: every route marked with
+// routeproto.Calico, whoever wants it.
+//
+// API model: several producers (the workload-endpoint actor, the BGP
+// speaker, the overlay code) each publish their complete set of wanted
+// routes under their own source name with Table.Set. The table's desired
+// state is the union; its actual state is what the kernel holds with our
+// protocol. Run reconciles the two in one batch whenever a source changes
+// and on a periodic resync, so a route deleted by hand comes back and a
+// route nobody wants any more goes away.
+//
+// Design:
+//
+//	source "workloads" ─┐
+//	source "bgp"        ├─► desired (union, by table+dst) ─┐
+//	source "blackholes" ┘                                  ├─► diff ─► RouteReplace / RouteDel
+//	kernel routes with protocol 80 ─────────────────────────┘
+//
+// When two sources want the same destination, the one whose name sorts
+// first wins: the Source constants carry a numeric prefix so that a local
+// workload's /32 beats a tunnel or BGP route to the same address, and any
+// real route beats a blackhole for the same block.
+// Routes are compared on destination, table, type, gateway, device and
+// scope; anything else we set is carried along unchanged.
+//
+// Thread safety: Set and Flush may be called from any goroutine; the
+// kernel is only touched by the Run goroutine.
+package routes

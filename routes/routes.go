@@ -1,0 +1,303 @@
+package routes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/routeproto"
+)
+
+// Source names, in priority order (lower sorts first and wins).
+const (
+	SourceWorkloads = "10-workloads"
+	SourceTunnels   = "20-tunnels"
+	SourceBGP       = "30-bgp"
+	SourceBlackhole = "40-blackholes"
+)
+
+// Type says how the kernel treats a route.
+type Type int
+
+const (
+	Unicast Type = iota
+	Blackhole
+	Unreachable
+)
+
+// Route is one wanted route. Dev is an interface name ("" for blackholes
+// and gateway-only routes); Via is the next hop (invalid = on-link).
+type Route struct {
+	Dst    netip.Prefix
+	Type   Type
+	Dev    string
+	Via    netip.Addr
+	OnLink bool // gateway is reachable on Dev without a covering route (VXLAN)
+	Scope  netlink.Scope
+	Table  int // 0 = main
+	Metric int
+	Src    netip.Addr
+}
+
+func (r Route) key() string { return fmt.Sprintf("%d/%s", r.table(), r.Dst) }
+
+func (r Route) table() int {
+	if r.Table == 0 {
+		return unix.RT_TABLE_MAIN
+	}
+	return r.Table
+}
+
+// Kernel is the netlink surface the table uses; *netlink.Handle implements it.
+type Kernel interface {
+	RouteListFiltered(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error)
+	RouteReplace(route *netlink.Route) error
+	RouteDel(route *netlink.Route) error
+	LinkByName(name string) (netlink.Link, error)
+	LinkByIndex(index int) (netlink.Link, error)
+}
+
+// Table is the route actor.
+type Table struct {
+	k      Kernel
+	log    *slog.Logger
+	resync time.Duration
+
+	mu      sync.Mutex
+	sources map[string][]Route
+	dirty   chan struct{} // 1-slot: coalesces wake-ups
+
+	applied chan struct{} // closed and replaced after each successful apply
+}
+
+// New returns a table working through k (a netlink handle for the node's
+// network namespace). resync is the periodic full-reconcile interval.
+func New(k Kernel, resync time.Duration, logger *slog.Logger) *Table {
+	return &Table{
+		k: k, log: logger.With("component", "routes"), resync: resync,
+		sources: map[string][]Route{},
+		dirty:   make(chan struct{}, 1),
+		applied: make(chan struct{}),
+	}
+}
+
+// Set replaces the routes wanted by source.
+func (t *Table) Set(source string, rs []Route) {
+	cp := append([]Route(nil), rs...)
+	t.mu.Lock()
+	t.sources[source] = cp
+	t.mu.Unlock()
+	t.kick()
+}
+
+func (t *Table) kick() {
+	select {
+	case t.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Applied returns a channel closed after the next successful reconcile.
+func (t *Table) Applied() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applied
+}
+
+// Run reconciles until ctx is done. Kernel errors are retried with backoff;
+// they never stop the actor.
+func (t *Table) Run(ctx context.Context) error {
+	tick := time.NewTicker(t.resync)
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	t.kick()
+	for {
+		var retry <-chan time.Time
+		if backoff > 0 {
+			retry = time.After(backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.dirty:
+		case <-tick.C:
+		case <-retry:
+		}
+		if err := t.Reconcile(); err != nil {
+			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
+			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// desired merges the sources; earlier sources win conflicts.
+func (t *Table) desired() map[string]Route {
+	t.mu.Lock()
+	names := make([]string, 0, len(t.sources))
+	for n := range t.sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := map[string]Route{}
+	for _, n := range names {
+		for _, r := range t.sources[n] {
+			k := r.key()
+			if prev, ok := out[k]; ok {
+				if !sameRoute(prev, r) {
+					t.log.Debug("route wanted by two sources; keeping the first", "dst", r.Dst, "kept", prev.Dev, "dropped", r.Dev, "source", n)
+				}
+				continue
+			}
+			out[k] = r
+		}
+	}
+	t.mu.Unlock()
+	return out
+}
+
+func sameRoute(a, b Route) bool {
+	return a.Dst == b.Dst && a.Type == b.Type && a.Dev == b.Dev && a.Via == b.Via && a.table() == b.table() && a.Scope == b.Scope && a.Metric == b.Metric
+}
+
+// Reconcile makes the kernel match the desired routes once.
+func (t *Table) Reconcile() error {
+	want := t.desired()
+	var errs []error
+	actual := map[string]netlink.Route{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
+			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range rs {
+			dst, ok := prefixOf(r.Dst, fam)
+			if !ok {
+				continue
+			}
+			actual[fmt.Sprintf("%d/%s", r.Table, dst)] = r
+		}
+	}
+	// Delete what nobody wants.
+	for k, r := range actual {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		r := r
+		if err := t.k.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		}
+	}
+	// Replace what is missing or different.
+	for k, w := range want {
+		nr, err := t.toNetlink(w)
+		if err != nil {
+			// The device may not exist yet (pod being created); the next
+			// change or resync retries.
+			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			continue
+		}
+		if cur, ok := actual[k]; ok && matches(cur, nr) {
+			continue
+		}
+		if err := t.k.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	close(t.applied)
+	t.applied = make(chan struct{})
+	t.mu.Unlock()
+	return nil
+}
+
+func prefixOf(n *net.IPNet, fam int) (netip.Prefix, bool) {
+	if n == nil {
+		// Default route.
+		if fam == netlink.FAMILY_V4 {
+			return netip.MustParsePrefix("0.0.0.0/0"), true
+		}
+		return netip.MustParsePrefix("::/0"), true
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+func (t *Table) toNetlink(r Route) (*netlink.Route, error) {
+	nr := &netlink.Route{
+		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+		Protocol: routeproto.Calico,
+		Table:    r.table(),
+		Scope:    r.Scope,
+		Priority: r.Metric,
+	}
+	switch r.Type {
+	case Blackhole:
+		nr.Type = unix.RTN_BLACKHOLE
+		return nr, nil
+	case Unreachable:
+		nr.Type = unix.RTN_UNREACHABLE
+		return nr, nil
+	}
+	if r.Dev != "" {
+		l, err := t.k.LinkByName(r.Dev)
+		if err != nil {
+			return nil, fmt.Errorf("link %s: %w", r.Dev, err)
+		}
+		nr.LinkIndex = l.Attrs().Index
+	}
+	if r.Via.IsValid() {
+		nr.Gw = r.Via.AsSlice()
+		if r.OnLink {
+			nr.Flags = int(netlink.FLAG_ONLINK)
+		}
+	} else if r.Dev != "" && r.Scope == 0 {
+		nr.Scope = netlink.SCOPE_LINK
+	}
+	if r.Src.IsValid() {
+		nr.Src = r.Src.AsSlice()
+	}
+	return nr, nil
+}
+
+// matches reports whether the kernel route already is what we want.
+func matches(cur netlink.Route, want *netlink.Route) bool {
+	typ := func(t int) int {
+		if t == 0 {
+			return unix.RTN_UNICAST
+		}
+		return t
+	}
+	scopeOK, prio := cur.Scope == want.Scope, want.Priority
+	if want.Dst.IP.To4() == nil {
+		// IPv6 routes have no scope, and metric 0 means the kernel's 1024.
+		scopeOK = true
+		if prio == 0 {
+			prio = 1024
+		}
+	}
+	return typ(cur.Type) == typ(want.Type) &&
+		cur.LinkIndex == want.LinkIndex &&
+		cur.Gw.Equal(want.Gw) &&
+		scopeOK &&
+		cur.Priority == prio &&
+		(want.Src == nil || cur.Src.Equal(want.Src))
+}
