@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+// RouteSink receives a producer's complete set of wanted routes.
+type RouteSink interface {
+	Set(source string, rs []routes.Route)
+}
+
+// Subscriber is the part of confwatch the actors use.
+type Subscriber interface {
+	Subscribe(kinds ...string) *confwatch.Subscription
+}
+
+// Endpoints owns the per-workload kernel state on this node: the host
+// route to each local WorkloadEndpoint and its host veth's sysctls.
+type Endpoints struct {
+	node    string
+	watch   Subscriber
+	sink    RouteSink
+	sysctl  SysctlWriter
+	log     *slog.Logger
+	resync  time.Duration
+	weps    map[confwatch.Key]*api.WorkloadEndpoint // owned by Run
+	applied map[string]bool                         // interfaces whose sysctls are set
+}
+
+// SysctlWriter writes one sysctl, e.g. ("net/ipv4/conf/cali1/proxy_arp", "1").
+type SysctlWriter func(path, value string) error
+
+// ProcSysctl writes under /proc/sys of the calling process's network
+// namespace.
+func ProcSysctl(path, value string) error {
+	return os.WriteFile(filepath.Join("/proc/sys", path), []byte(value), 0o644)
+}
+
+// NewEndpoints builds the actor for node.
+func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWriter, resync time.Duration, logger *slog.Logger) *Endpoints {
+	return &Endpoints{
+		node: node, watch: watch, sink: sink, sysctl: sysctl, resync: resync,
+		log:     logger.With("component", "endpoints"),
+		weps:    map[confwatch.Key]*api.WorkloadEndpoint{},
+		applied: map[string]bool{},
+	}
+}
+
+// Run follows the WorkloadEndpoints until ctx is done.
+func (e *Endpoints) Run(ctx context.Context) error {
+	sub := e.watch.Subscribe("WorkloadEndpoint")
+	updates := make(chan []confwatch.Update)
+	go func() {
+		defer close(updates)
+		for {
+			ups, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case updates <- ups:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(e.resync)
+	defer tick.Stop()
+	synced := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ups, ok := <-updates:
+			if !ok {
+				return nil
+			}
+			e.apply(ups)
+			synced = true
+		case <-tick.C:
+			// Interfaces may appear after their endpoint (or be recreated):
+			// re-apply sysctls on the resync timer.
+			clear(e.applied)
+		}
+		if synced {
+			e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), e.log))
+			e.applySysctls()
+		}
+	}
+}
+
+func (e *Endpoints) apply(ups []confwatch.Update) {
+	for _, u := range ups {
+		w, ok := u.Object.(*api.WorkloadEndpoint)
+		if !ok {
+			continue
+		}
+		if u.Type == confwatch.Delete || w.Spec.Node != e.node {
+			if old, had := e.weps[u.Key]; had {
+				delete(e.applied, old.Spec.InterfaceName)
+			}
+			delete(e.weps, u.Key)
+			continue
+		}
+		e.weps[u.Key] = w
+	}
+}
+
+func (e *Endpoints) local() []*api.WorkloadEndpoint {
+	out := make([]*api.WorkloadEndpoint, 0, len(e.weps))
+	for _, w := range e.weps {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.InterfaceName < out[j].Spec.InterfaceName })
+	return out
+}
+
+func (e *Endpoints) applySysctls() {
+	for _, w := range e.local() {
+		iface := w.Spec.InterfaceName
+		if iface == "" || e.applied[iface] {
+			continue
+		}
+		if err := ApplyHostVethSysctls(e.sysctl, iface); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // veth not there (yet): retried on the next resync
+			}
+			e.log.Warn("host veth sysctls", "iface", iface, "err", err)
+			continue
+		}
+		e.applied[iface] = true
+	}
+}
+
+// WorkloadRoutes is the pure part: a /32 or /128 route per address of each
+// local endpoint, via its host veth.
+func WorkloadRoutes(weps []*api.WorkloadEndpoint, log *slog.Logger) []routes.Route {
+	var out []routes.Route
+	for _, w := range weps {
+		if w.Spec.InterfaceName == "" {
+			continue
+		}
+		for _, n := range w.Spec.IPNetworks {
+			p, err := netip.ParsePrefix(n)
+			if err != nil {
+				log.Warn("endpoint has a bad ipNetwork", "endpoint", w.Name, "value", n)
+				continue
+			}
+			out = append(out, routes.Route{Dst: p.Masked(), Dev: w.Spec.InterfaceName})
+		}
+	}
+	return out
+}
+
+// hostVethSysctls are the settings real Calico v3.31 leaves on a pod's host
+// veth (shared/reference/calico-3.31-cni-netns.txt). The CNI plugin sets
+// them at ADD; the agent re-asserts them so a hand edit does not stick.
+var hostVethSysctls = []struct{ path, value string }{
+	{"net/ipv4/conf/%s/proxy_arp", "1"},
+	{"net/ipv4/conf/%s/forwarding", "1"},
+	{"net/ipv4/conf/%s/rp_filter", "0"},
+	{"net/ipv4/conf/%s/route_localnet", "1"},
+	{"net/ipv4/conf/%s/accept_local", "0"},
+	{"net/ipv4/neigh/%s/proxy_delay", "0"},
+	{"net/ipv6/conf/%s/accept_ra", "0"},
+}
+
+// ApplyHostVethSysctls writes the host veth settings for iface.
+func ApplyHostVethSysctls(w SysctlWriter, iface string) error {
+	for _, s := range hostVethSysctls {
+		if err := w(fmt.Sprintf(s.path, iface), s.value); err != nil {
+			return fmt.Errorf("sysctl %s: %w", fmt.Sprintf(s.path, iface), err)
+		}
+	}
+	return nil
+}

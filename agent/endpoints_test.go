@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func wep(node, pod, iface string, rev int, nets ...string) *api.WorkloadEndpoint {
+	w := &api.WorkloadEndpoint{}
+	w.Kind, w.APIVersion, w.Namespace = "WorkloadEndpoint", api.GroupVersion, "default"
+	w.Spec = api.WorkloadEndpointSpec{Orchestrator: "k8s", Node: node, Pod: pod, Endpoint: "eth0", InterfaceName: iface, IPNetworks: nets}
+	w.Default()
+	w.ResourceVersion = strconv.Itoa(rev)
+	return w
+}
+
+func TestWorkloadRoutes(t *testing.T) {
+	got := WorkloadRoutes([]*api.WorkloadEndpoint{
+		wep("n1", "a", "cali1", 1, "10.0.0.1/32", "fd00::1/128"),
+		wep("n1", "b", "", 1, "10.0.0.2/32"),  // no interface yet: no route
+		wep("n1", "c", "cali3", 1, "garbage"), // bad value: skipped, logged
+	}, quiet())
+	want := []routes.Route{
+		{Dst: netip.MustParsePrefix("10.0.0.1/32"), Dev: "cali1"},
+		{Dst: netip.MustParsePrefix("fd00::1/128"), Dev: "cali1"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
+
+type fakeSource struct{ events chan datastore.Event }
+
+func (f *fakeSource) List(ctx context.Context, kind, ns string) ([]api.Object, int64, error) {
+	if kind == "WorkloadEndpoint" {
+		return []api.Object{wep("n1", "a", "cali1", 2, "10.0.0.1/32"), wep("n2", "x", "cali9", 3, "10.0.9.1/32")}, 5, nil
+	}
+	return nil, 5, nil
+}
+
+func (f *fakeSource) Watch(ctx context.Context, kind string, from int64) <-chan datastore.Event {
+	return f.events
+}
+
+type sink struct {
+	mu  sync.Mutex
+	got map[string][]routes.Route
+	ch  chan struct{}
+}
+
+func (s *sink) Set(src string, rs []routes.Route) {
+	s.mu.Lock()
+	s.got[src] = rs
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sink) wait(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		s.mu.Lock()
+		var got string
+		for _, r := range s.got[routes.SourceWorkloads] {
+			got += r.Dst.String() + "@" + r.Dev + " "
+		}
+		s.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-s.ch:
+		case <-deadline:
+			t.Fatalf("routes = %s, want %s", got, want)
+		}
+	}
+}
+
+// Only this node's endpoints become routes; updates and deletes follow;
+// sysctls are written for each local interface that exists.
+func TestEndpointsActor(t *testing.T) {
+	src := &fakeSource{events: make(chan datastore.Event, 10)}
+	w := confwatch.New(src, quiet(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
+	var mu sync.Mutex
+	written := map[string]string{}
+	sysctl := func(path, value string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if path == "net/ipv4/conf/cali2/proxy_arp" {
+			return os.ErrNotExist // interface not there yet
+		}
+		written[path] = value
+		return nil
+	}
+	e := NewEndpoints("n1", w, s, sysctl, time.Hour, quiet())
+	go e.Run(ctx)
+
+	s.wait(t, "10.0.0.1/32@cali1 ")
+	src.events <- datastore.Event{Type: datastore.Added, Object: wep("n1", "b", "cali2", 10, "10.0.0.2/32"), Revision: 10}
+	s.wait(t, "10.0.0.1/32@cali1 10.0.0.2/32@cali2 ")
+	src.events <- datastore.Event{Type: datastore.Deleted, Object: wep("n1", "a", "cali1", 2, "10.0.0.1/32"), Revision: 11}
+	s.wait(t, "10.0.0.2/32@cali2 ")
+
+	mu.Lock()
+	defer mu.Unlock()
+	if written["net/ipv4/conf/cali1/proxy_arp"] != "1" || written["net/ipv4/conf/cali1/rp_filter"] != "0" || written["net/ipv4/neigh/cali1/proxy_delay"] != "0" {
+		t.Errorf("sysctls for cali1: %v", written)
+	}
+	for p := range written {
+		if p == "net/ipv4/conf/cali9/proxy_arp" {
+			t.Errorf("sysctl written for another node's endpoint")
+		}
+	}
+}
