@@ -77,6 +77,7 @@ func Commands() []*cli.Command {
 			Flags:     []cli.Flag{nsFlag, &cli.StringFlag{Name: "patch", Aliases: []string{"p"}, Required: true, Usage: "JSON or YAML merge patch"}},
 			Action:    withSession(cmdPatch),
 		},
+		ipamCommand(),
 		{
 			Name:  "version",
 			Usage: "print the client version and the cluster's",
