@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/policy"
+	"github.com/projectcalico/calico-node/xtables"
+)
+
+// policyKinds are the resources the compiler reads.
+var policyKinds = []string{
+	"WorkloadEndpoint", "HostEndpoint", "NetworkPolicy", "GlobalNetworkPolicy", "Profile",
+	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration",
+}
+
+// Applier programs one IP family; *xtables.Programmer implements it.
+type Applier interface {
+	Apply(ctx context.Context, f *policy.Family) (xtables.Stats, error)
+}
+
+// HostInterfaces lists this host's interface addresses (for host endpoints
+// that give expectedIPs but no interface name).
+type HostInterfaces func() (map[string][]netip.Addr, error)
+
+// Policy is the actor that keeps iptables and ipsets equal to the compiled
+// policy of this node.
+type Policy struct {
+	node    string
+	watch   Subscriber
+	v4, v6  Applier // v6 nil: IPv6 policy not programmed
+	ifaces  HostInterfaces
+	resync  time.Duration
+	log     *slog.Logger
+	metrics *policyMetrics
+
+	objs        map[confwatch.Key]api.Object // owned by Run
+	pendingFrom time.Time                    // first change not yet programmed
+}
+
+type policyMetrics struct {
+	endpoints, policies, selectors prometheus.Gauge
+	latency                        prometheus.Histogram
+	failures                       prometheus.Counter
+}
+
+// NewPolicy builds the policy actor. v6 may be nil.
+func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfaces, resync time.Duration, reg prometheus.Registerer, logger *slog.Logger) *Policy {
+	m := &policyMetrics{
+		endpoints: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_local_endpoints", Help: "Workload and host endpoints on this node."}),
+		policies:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_policies", Help: "Network policies and global network policies known."}),
+		selectors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_ipsets", Help: "IP sets (selectors, named ports, pools) programmed."}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "calico_dataplane_apply_latency_seconds", Help: "Time from a datastore change reaching the agent to the dataplane being programmed.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_dataplane_apply_failures_total", Help: "Failed attempts to program policy."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
+	}
+	return &Policy{
+		node: node, watch: watch, v4: v4, v6: v6, ifaces: ifaces, resync: resync,
+		log: logger.With("component", "policy"), metrics: m,
+		objs: map[confwatch.Key]api.Object{},
+	}
+}
+
+// Run programs the snapshot once confwatch is in sync, then every change
+// (coalesced), on a periodic resync, and retries failures with backoff.
+func (p *Policy) Run(ctx context.Context) error {
+	sub := p.watch.Subscribe(policyKinds...)
+	updates := make(chan []confwatch.Update)
+	go func() {
+		defer close(updates)
+		for {
+			ups, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case updates <- ups:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(p.resync)
+	defer tick.Stop()
+	synced, dirty := false, false
+	backoff := time.Duration(0)
+	for {
+		var retry <-chan time.Time
+		if dirty && backoff > 0 {
+			retry = time.After(backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case ups, ok := <-updates:
+			if !ok {
+				return nil
+			}
+			p.apply(ups)
+			synced, dirty = true, true
+			// Coalesce a burst: take whatever else is already queued.
+			for more := true; more; {
+				select {
+				case ups, ok := <-updates:
+					if !ok {
+						return nil
+					}
+					p.apply(ups)
+				default:
+					more = false
+				}
+			}
+		case <-tick.C:
+			dirty = synced
+		case <-retry:
+		}
+		if !dirty {
+			continue
+		}
+		if err := p.program(ctx); err != nil {
+			p.metrics.failures.Inc()
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			p.log.Warn("programming policy failed, will retry", "err", err, "backoff", backoff)
+			continue
+		}
+		dirty, backoff = false, 0
+	}
+}
+
+func (p *Policy) apply(ups []confwatch.Update) {
+	if p.pendingFrom.IsZero() && len(ups) > 0 {
+		p.pendingFrom = time.Now()
+	}
+	for _, u := range ups {
+		if u.Type == confwatch.Delete {
+			delete(p.objs, u.Key)
+		} else {
+			p.objs[u.Key] = u.Object
+		}
+	}
+}
+
+// Snapshot assembles the compiler input from the cache.
+func (p *Policy) Snapshot() *policy.Snapshot {
+	s := &policy.Snapshot{Node: p.node}
+	var felixDefault, felixNode *api.FelixConfigurationSpec
+	keys := make([]confwatch.Key, 0, len(p.objs))
+	for k := range p.objs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		switch o := p.objs[k].(type) {
+		case *api.WorkloadEndpoint:
+			s.WorkloadEndpoints = append(s.WorkloadEndpoints, *o)
+		case *api.HostEndpoint:
+			s.HostEndpoints = append(s.HostEndpoints, *o)
+		case *api.NetworkPolicy:
+			s.NetworkPolicies = append(s.NetworkPolicies, *o)
+		case *api.GlobalNetworkPolicy:
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, *o)
+		case *api.Profile:
+			s.Profiles = append(s.Profiles, *o)
+		case *api.NetworkSet:
+			s.NetworkSets = append(s.NetworkSets, *o)
+		case *api.GlobalNetworkSet:
+			s.GlobalNetworkSets = append(s.GlobalNetworkSets, *o)
+		case *api.Tier:
+			s.Tiers = append(s.Tiers, *o)
+		case *api.IPPool:
+			s.IPPools = append(s.IPPools, *o)
+		case *api.FelixConfiguration:
+			switch o.Name {
+			case "default":
+				felixDefault = &o.Spec
+			case "node." + p.node:
+				felixNode = &o.Spec
+			}
+		}
+	}
+	s.Config = policy.ConfigFromFelix(felixDefault, felixNode)
+	return s
+}
+
+func (p *Policy) program(ctx context.Context) error {
+	s := p.Snapshot()
+	if p.ifaces != nil && len(s.HostEndpoints) > 0 {
+		ifs, err := p.ifaces()
+		if err != nil {
+			return err
+		}
+		s.HostInterfaces = ifs
+	}
+	if p.v6 == nil {
+		s.Config.IPv6 = false
+	}
+	res := policy.Compile(s)
+	for _, msg := range res.Problems {
+		p.log.Warn("policy not fully compiled", "problem", msg)
+	}
+	if _, err := p.v4.Apply(ctx, res.V4); err != nil {
+		return err
+	}
+	if p.v6 != nil && res.V6 != nil {
+		if _, err := p.v6.Apply(ctx, res.V6); err != nil {
+			return err
+		}
+	}
+	local := 0
+	for _, w := range s.WorkloadEndpoints {
+		if w.Spec.Node == p.node {
+			local++
+		}
+	}
+	for _, h := range s.HostEndpoints {
+		if h.Spec.Node == p.node {
+			local++
+		}
+	}
+	p.metrics.endpoints.Set(float64(local))
+	p.metrics.policies.Set(float64(len(s.NetworkPolicies) + len(s.GlobalNetworkPolicies)))
+	p.metrics.selectors.Set(float64(len(res.V4.IPSets)))
+	if !p.pendingFrom.IsZero() {
+		p.metrics.latency.Observe(time.Since(p.pendingFrom).Seconds())
+		p.pendingFrom = time.Time{}
+	}
+	return nil
+}

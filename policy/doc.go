@@ -1,0 +1,98 @@
+// Package policy compiles Calico's policy model into the iptables chains
+// and IP sets that enforce it, the way felix does, without touching the
+// kernel.
+//
+// # API model
+//
+// Compile takes a Snapshot (the cluster's workload and host endpoints,
+// policies, profiles, network sets, tiers and pools, this node's name and
+// the dataplane Config derived from FelixConfiguration by ConfigFromFelix)
+// and returns a Result: per IP family, the complete desired contents of our
+// part of the filter and nat tables and the desired IP sets, plus a list of
+// the problems (bad selectors, unsupported fields) that made it leave
+// something out.
+//
+//   - A Table lists every cali-* chain we want, in name order. Each Chain
+//     holds Rules made of typed criteria (MatchProtocol, MatchNet,
+//     MatchSet, MatchPorts, MatchICMP, MatchMark, MatchConntrack,
+//     MatchIface) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
+//     SetMark, Log, Masquerade, SNAT), so other code can interpret them
+//     (see package sim) as well as render them.
+//   - Hooks are the one rule per built-in chain (filter INPUT, FORWARD and
+//     OUTPUT, nat POSTROUTING) that sends packets into our chains.
+//   - Chain.Hashes gives each rule felix's hash: a SHA-224 chain over the
+//     chain name and the rules up to it, 16 characters of base64. Render
+//     writes it as a comment ("-m comment --comment "cali:<hash>"") before
+//     each rule, so a programmer can compare the kernel's rules with the
+//     desired ones by reading those comments back, without parsing rules.
+//   - Render(table, chains, hooks...) is the iptables-restore --noflush
+//     payload that replaces exactly the given chains; RenderIPSets is the
+//     ipset restore payload that fills each set through a scratch set and
+//     swaps it in, so a set is never seen empty.
+//
+// Programming the kernel is the caller's job: create and swap the sets
+// before restoring rules that use them, restore the tables, insert missing
+// hooks, then delete cali-* chains that are no longer desired and, last,
+// IP sets that no rule uses any more.
+//
+// # Semantics
+//
+// They are Calico's (felix v3.31: rules/, calc/ and libcalico-go's
+// update processors), including its quirks:
+//
+//   - An endpoint's labels are its own plus its profiles' labelsToApply
+//     (own labels win, then earlier profiles); kns.<namespace> and
+//     ksa.<namespace>.<account> profiles carry the namespace's labels as
+//     pcns.* and the service account's as pcsa.*, which namespaceSelector,
+//     serviceAccountSelector and serviceAccounts match against. Selectors
+//     are combined as text exactly as libcalico-go combines them, so their
+//     IDs, and the IP set and chain names derived from them, are Calico's.
+//   - Policies are ordered by tier (order, unset last, then name), then
+//     order (unset last), then name ("namespace/name" for NetworkPolicy).
+//     For each direction, the tiers with a policy that selects the endpoint
+//     and governs that direction apply in turn: Allow accepts, Deny drops,
+//     Pass skips to the next tier, Log logs and continues; a packet no
+//     policy of a tier decided meets the tier's defaultAction (Deny unless
+//     the Tier says Pass). Profiles apply after the last tier, which is
+//     only reached when no policy selects the endpoint in that direction or
+//     every tier passed; what no profile allows is dropped. Established and
+//     related traffic is accepted first; conntrack-invalid traffic dropped.
+//   - Rule peers given by selectors are IP set matches: one set per
+//     distinct selector (holding the addresses of every matching workload
+//     and host endpoint and the nets of every matching network set, on any
+//     node) and one hash:ip,port set per named port, so rules grow with
+//     policies, not with endpoints or peers.
+//   - Traffic from a workload to the host gets the workload's egress policy
+//     and then Config.EndpointToHostAction; traffic from the host to its
+//     workloads is not policed. Host endpoints police traffic into (ingress)
+//     and out of (egress) the host on their interface; the failsafe ports
+//     are accepted before their policy. natOutgoing pools are masqueraded
+//     when leaving all pools.
+//
+// # Not modelled
+//
+// doNotTrack and preDNAT policies (raw and mangle tables) are left out with
+// a problem; applyOnForward is ignored (forwarded traffic through host
+// endpoints is left to the FORWARD chain's other rules, where felix would
+// accept it); service matches in rules are left out with a problem (the
+// rule matches nothing); rule http matches are ignored; IPIP, VXLAN and
+// WireGuard host rules, IPVS support, Log rate limits and log prefix
+// expansion are not generated. felix accepts policy-allowed forwarded
+// packets at the end of the built-in FORWARD chain; here the ACCEPT is the
+// last rule of cali-FORWARD, so that FORWARD keeps a single hook rule.
+//
+// # Design
+//
+// The compiler first resolves the snapshot into a model (labelled
+// entities, ordered tiers, local endpoints with the tiers that apply to
+// them in each direction), parses every used policy's and profile's rules
+// once, then renders each family. Only chains reachable from the top-level
+// chains are kept, and only the IP sets their rules use. Everything is
+// sorted so the same snapshot always gives byte-identical output.
+//
+// # Thread safety
+//
+// Compile and the rendering functions are pure: they only read their
+// arguments, so they may run concurrently. A Result is not modified after
+// Compile returns and may be shared read-only.
+package policy

@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/projectcalico/calico-node/api"
+)
+
+// The top-level chains, as felix's static.go builds them without the
+// features this compiler leaves out (IPIP/VXLAN/Wireguard host rules, IPVS,
+// raw/mangle tables, applyOnForward host endpoint policy).
+
+func (c *famCompiler) wildcards() []string {
+	out := make([]string, len(c.cfg.InterfacePrefixes))
+	for i, p := range c.cfg.InterfacePrefixes {
+		out[i] = p + "+"
+	}
+	return out
+}
+
+// inputChain: traffic to the host. From a workload it goes to
+// cali-wl-to-host; anything else is subject to host endpoint policy.
+func (c *famCompiler) inputChain() Chain {
+	m := c.marks
+	var rules []Rule
+	for _, w := range c.wildcards() {
+		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Goto{chainWorkloadToHost}})
+	}
+	rules = append(rules,
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
+		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
+		Rule{Action: Jump{chainFromHEPDispatch}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+	)
+	return Chain{Name: chainInput, Rules: rules}
+}
+
+// workloadToHostChain applies the workload's egress policy, then the
+// configured DefaultEndpointToHostAction.
+func (c *famCompiler) workloadToHostChain() Chain {
+	var rules []Rule
+	if c.version == 6 {
+		// A workload must be able to do neighbour discovery and MLD with
+		// its router (the host) whatever its egress policy says.
+		for _, t := range []uint8{130, 131, 132, 133, 135, 136} {
+			rules = append(rules, Rule{Match: Match{MatchProtocol{Num: 58}, MatchICMP{V6: true, Type: t}}, Action: Accept{}})
+		}
+	}
+	rules = append(rules, Rule{Action: Jump{chainFromWLDispatch}})
+	var final Action
+	switch c.cfg.EndpointToHostAction {
+	case "ACCEPT":
+		final = Accept{}
+	case "RETURN":
+		final = Return{}
+	default:
+		final = Drop{}
+	}
+	rules = append(rules, Rule{Action: final, Comment: []string{"Configured DefaultEndpointToHostAction"}})
+	return Chain{Name: chainWorkloadToHost, Rules: rules}
+}
+
+// outputChain: traffic from the host. Traffic to workloads is not policed
+// (as in Calico: the host may always reach its workloads); the rest is
+// subject to host endpoint egress policy unless it was DNAT-ed.
+func (c *famCompiler) outputChain() Chain {
+	m := c.marks
+	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}}}
+	for _, w := range c.wildcards() {
+		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{}})
+	}
+	rules = append(rules,
+		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
+		Rule{Match: Match{MatchConntrack{Not: true, States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+	)
+	return Chain{Name: chainOutput, Rules: rules}
+}
+
+// forwardChain: routed traffic. A packet from a workload gets its egress
+// policy, a packet to a workload its ingress policy (both, between two
+// local workloads); the endpoint chains drop or return with the accept
+// bit, which is acted on here. felix puts that final ACCEPT at the end of
+// the built-in FORWARD chain; keeping it in our chain leaves a single hook
+// rule in FORWARD, and it does the same as felix's own INPUT and OUTPUT
+// chains, which also accept directly.
+func (c *famCompiler) forwardChain() Chain {
+	m := c.marks
+	rules := []Rule{{Action: SetMark{Mark: 0, Mask: m.all()}}}
+	for _, w := range c.wildcards() {
+		rules = append(rules,
+			Rule{Match: Match{MatchIface{Name: w}}, Action: Jump{chainFromWLDispatch}},
+			Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Jump{chainToWLDispatch}},
+		)
+	}
+	rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."}})
+	return Chain{Name: chainForward, Rules: rules}
+}
+
+// failsafeChain accepts the failsafe ports: inbound to the host's ports,
+// outbound to remote ports. A failsafe entry with a net only applies to
+// that net's family.
+func (c *famCompiler) failsafeChain(name string, ports []api.ProtoPort, inbound bool) Chain {
+	var rules []Rule
+	for _, pp := range ports {
+		proto := strings.ToLower(pp.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		m := Match{MatchProtocol{Name: proto}, MatchPorts{Dir: Dst, Ports: []PortRange{{pp.Port, pp.Port}}}}
+		if pp.Net != "" {
+			n, err := parsePrefix(pp.Net)
+			if err != nil || n.Addr().Is6() != (c.version == 6) {
+				continue
+			}
+			dir := Dst
+			if inbound {
+				dir = Src
+			}
+			m = append(m, MatchNet{Dir: dir, Net: n})
+		}
+		rules = append(rules, Rule{Match: m, Action: Accept{}})
+	}
+	return Chain{Name: name, Rules: rules}
+}
+
+// natChains: masquerade traffic from natOutgoing pools to anywhere outside
+// all pools.
+func (c *famCompiler) natChains(active bool) []Chain {
+	var rules []Rule
+	if active {
+		var action Action = Masquerade{}
+		if a, err := netip.ParseAddr(c.cfg.NATOutgoingAddress); err == nil && a.Is6() == (c.version == 6) {
+			action = SNAT{To: a.String()}
+		}
+		rules = append(rules, Rule{
+			Match: Match{
+				MatchSet{Dir: Src, Set: setName(c.version, setIDMasqPools)},
+				MatchSet{Not: true, Dir: Dst, Set: setName(c.version, setIDAllPools)},
+			},
+			Action: action,
+		})
+	}
+	return []Chain{
+		{Name: chainNATPostrouting, Rules: []Rule{{Action: Jump{chainNATOutgoing}}}},
+		{Name: chainNATOutgoing, Rules: rules},
+	}
+}

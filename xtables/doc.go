@@ -1,0 +1,32 @@
+// Package xtables programs the kernel's iptables and ipset state from the
+// policy compiler's output, touching only what calico-node owns.
+//
+// API model: Programmer.Apply takes the desired tables and IP sets of one
+// IP family (policy.Family) and makes the kernel match them. It owns every
+// chain named cali-*, every IP set named cali4*/cali6*, and exactly one hook
+// rule per built-in chain it hooks; other software's chains, rules and sets
+// are never touched.
+//
+// Design (after felix's iptables/table.go):
+//   - Read back cheaply: `iptables-save -t TABLE` is parsed only for chain
+//     names and the "cali:<hash>" comments of rules; a chain whose list of
+//     hashes equals the desired list is left alone. Rule hashes chain over
+//     the rule text and everything before it (policy.Chain.Hashes), so a
+//     changed, missing or foreign rule shows up as a differing list.
+//   - Write once: all changed chains of all tables go into ONE
+//     `iptables-restore --noflush --wait` call; a chain is rewritten whole
+//     (its ":chain" header flushes it), stale cali-* chains are flushed and
+//     deleted in the same transaction, and hook rules are re-inserted only
+//     when missing or out of place.
+//   - IP sets are updated before the rules that reference them (created,
+//     or refilled through a scratch set and swapped, never empty in
+//     between) and stale sets are destroyed after the rules that used them
+//     are gone.
+//   - Unchanged desired state means no write at all: an agent restart
+//     changes nothing in the kernel and drops no packet.
+//   - iptables-nft and iptables-legacy are both supported; Detect picks the
+//     one the host's `iptables` uses. `--wait` makes every call respect the
+//     xtables lock other tools hold.
+//
+// Thread safety: a Programmer is used by one goroutine (the policy actor).
+package xtables
