@@ -295,7 +295,8 @@ func matches(cur netlink.Route, want *netlink.Route) bool {
 		}
 	}
 	return typ(cur.Type) == typ(want.Type) &&
-		cur.LinkIndex == want.LinkIndex &&
+		// A route given only a gateway gets its device from the kernel.
+		(want.LinkIndex == 0 || cur.LinkIndex == want.LinkIndex) &&
 		cur.Gw.Equal(want.Gw) &&
 		scopeOK &&
 		cur.Priority == prio &&
