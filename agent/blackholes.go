@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sort"
+
+	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+// Blackholes keeps a blackhole route for every IPAM block affine to this
+// node, whatever the networking backend: a packet for an address of our
+// block that no local pod holds is dropped here instead of following the
+// default route back out (a routing loop between nodes). Local pods' /32s
+// are more specific and win.
+type Blackholes struct {
+	node   string
+	blocks <-chan ipam.BlockSnapshot
+	sink   RouteSink
+	log    *slog.Logger
+}
+
+// NewBlackholes builds the actor; blocks is an ipam.WatchBlocks stream.
+func NewBlackholes(node string, blocks <-chan ipam.BlockSnapshot, sink RouteSink, logger *slog.Logger) *Blackholes {
+	return &Blackholes{node: node, blocks: blocks, sink: sink, log: logger.With("component", "blackholes")}
+}
+
+// Run publishes the blackhole set after every change of block affinity.
+func (b *Blackholes) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case snap, ok := <-b.blocks:
+			if !ok {
+				return nil
+			}
+			rs := BlackholeRoutes(b.node, snap.Affinity)
+			b.log.Debug("own blocks", "count", len(rs))
+			b.sink.Set(routes.SourceBlackhole, rs)
+		}
+	}
+}
+
+// BlackholeRoutes is the pure part: one blackhole per block affine to node.
+func BlackholeRoutes(node string, affinity map[netip.Prefix]string) []routes.Route {
+	var out []routes.Route
+	for block, owner := range affinity {
+		if owner == node {
+			out = append(out, routes.Route{Dst: block, Type: routes.Blackhole})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Dst.String() < out[j].Dst.String() })
+	return out
+}

@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+func TestBlackholes(t *testing.T) {
+	ch := make(chan ipam.BlockSnapshot, 2)
+	s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go NewBlackholes("n1", ch, s, quiet()).Run(ctx)
+	ch <- ipam.BlockSnapshot{Affinity: map[netip.Prefix]string{
+		netip.MustParsePrefix("10.0.1.0/26"): "n1",
+		netip.MustParsePrefix("10.0.0.0/26"): "n1",
+		netip.MustParsePrefix("10.0.2.0/26"): "n2",
+		netip.MustParsePrefix("fd00::/122"):  "n1",
+		netip.MustParsePrefix("10.0.3.0/26"): "",
+	}}
+	want := "10.0.0.0/26 10.0.1.0/26 fd00::/122 "
+	deadline := time.After(5 * time.Second)
+	for {
+		s.mu.Lock()
+		got := ""
+		for _, r := range s.got[routes.SourceBlackhole] {
+			if r.Type != routes.Blackhole {
+				t.Fatalf("not a blackhole: %+v", r)
+			}
+			got += r.Dst.String() + " "
+		}
+		s.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-s.ch:
+		case <-deadline:
+			t.Fatalf("blackholes %q, want %q", got, want)
+		}
+	}
+}
