@@ -23,6 +23,12 @@
 // Routes are compared on destination, table, type, gateway, device and
 // scope; anything else we set is carried along unchanged.
 //
+// Cost: a change is applied as a diff against what the previous pass
+// wrote, without reading the kernel; the periodic resync (and any pass
+// after an error) lists our routes and repairs drift. Until every source
+// named with Expect has published once, nothing is written, so an agent
+// restart never deletes the routes of a producer still catching up.
+//
 // Thread safety: Set and Flush may be called from any goroutine; the
 // kernel is only touched by the Run goroutine.
 package routes

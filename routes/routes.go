@@ -72,11 +72,17 @@ type Table struct {
 	log    *slog.Logger
 	resync time.Duration
 
-	mu      sync.Mutex
-	sources map[string][]Route
-	dirty   chan struct{} // 1-slot: coalesces wake-ups
+	mu       sync.Mutex
+	sources  map[string][]Route
+	expected map[string]bool // sources to wait for before the first write
+	dirty    chan struct{}   // 1-slot: coalesces wake-ups
 
 	applied chan struct{} // closed and replaced after each successful apply
+
+	// last is what the previous successful reconcile left in the kernel
+	// (owned by Run): changes between full resyncs are applied as a diff
+	// against it, without listing the kernel's routes.
+	last map[string]Route
 }
 
 // New returns a table working through k (a netlink handle for the node's
@@ -88,6 +94,32 @@ func New(k Kernel, resync time.Duration, logger *slog.Logger) *Table {
 		dirty:   make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
+}
+
+// Expect names a source that will publish. Until every expected source
+// has published once, Run does not touch the kernel: a restarting agent
+// must not delete the routes of a producer that simply has not caught up
+// yet. Call before Run.
+func (t *Table) Expect(sources ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.expected == nil {
+		t.expected = map[string]bool{}
+	}
+	for _, s := range sources {
+		t.expected[s] = true
+	}
+}
+
+func (t *Table) ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for s := range t.expected {
+		if _, ok := t.sources[s]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Set replaces the routes wanted by source.
@@ -125,14 +157,26 @@ func (t *Table) Run(ctx context.Context) error {
 		if backoff > 0 {
 			retry = time.After(backoff)
 		}
+		full := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.dirty:
 		case <-tick.C:
+			full = true
 		case <-retry:
+			full = true
 		}
-		if err := t.Reconcile(); err != nil {
+		if !t.ready() {
+			continue
+		}
+		var err error
+		if full || t.last == nil {
+			err = t.Reconcile()
+		} else {
+			err = t.applyDiff()
+		}
+		if err != nil {
 			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
 			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
 			continue
@@ -206,6 +250,7 @@ func (t *Table) Reconcile() error {
 			// The device may not exist yet (pod being created); the next
 			// change or resync retries.
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			delete(want, k)
 			continue
 		}
 		if cur, ok := actual[k]; ok && matches(cur, nr) {
@@ -216,13 +261,59 @@ func (t *Table) Reconcile() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		t.last = nil // next pass lists the kernel again
 		return err
 	}
+	t.last = want
+	t.signalApplied()
+	return nil
+}
+
+// applyDiff writes only what changed since the last reconcile. Routes
+// changed behind our back are repaired by the next full Reconcile.
+func (t *Table) applyDiff() error {
+	want := t.desired()
+	var errs []error
+	for k, r := range t.last {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		nr, err := t.toNetlink(r)
+		if err != nil {
+			continue // its device is gone, and the route with it
+		}
+		if err := t.k.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		}
+	}
+	for k, w := range want {
+		if prev, ok := t.last[k]; ok && prev == w {
+			continue
+		}
+		nr, err := t.toNetlink(w)
+		if err != nil {
+			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			delete(want, k) // not in the kernel: retried when it changes or on resync
+			continue
+		}
+		if err := t.k.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil
+		return err
+	}
+	t.last = want
+	t.signalApplied()
+	return nil
+}
+
+func (t *Table) signalApplied() {
 	t.mu.Lock()
 	close(t.applied)
 	t.applied = make(chan struct{})
 	t.mu.Unlock()
-	return nil
 }
 
 func prefixOf(n *net.IPNet, fam int) (netip.Prefix, bool) {

@@ -225,3 +225,69 @@ func mustNet(s string) *net.IPNet {
 	return n
 }
 
+type listCounting struct {
+	Kernel
+	lists, writes int
+}
+
+func (c *listCounting) RouteListFiltered(f int, r *netlink.Route, m uint64) ([]netlink.Route, error) {
+	c.lists++
+	return c.Kernel.RouteListFiltered(f, r, m)
+}
+func (c *listCounting) RouteReplace(r *netlink.Route) error {
+	c.writes++
+	return c.Kernel.RouteReplace(r)
+}
+func (c *listCounting) RouteDel(r *netlink.Route) error { c.writes++; return c.Kernel.RouteDel(r) }
+
+// Run waits for every expected source before writing, then applies later
+// changes as diffs without listing the kernel.
+func TestRunExpectAndDiff(t *testing.T) {
+	nl := testNS(t)
+	// Routes a previous agent left behind, owned by both sources.
+	pre := New(nl, time.Hour, quiet())
+	pre.Set(SourceWorkloads, []Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
+	pre.Set(SourceBGP, []Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
+	if err := pre.Reconcile(); err != nil {
+		t.Fatal(err)
+	}
+
+	k := &listCounting{Kernel: nl}
+	tbl := New(k, time.Hour, quiet())
+	tbl.Expect(SourceWorkloads, SourceBGP)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tbl.Run(ctx)
+	tbl.Set(SourceWorkloads, []Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
+	time.Sleep(200 * time.Millisecond)
+	if k.writes != 0 || len(ours(t, nl)) != 2 {
+		t.Fatalf("wrote before the BGP source published: %d writes, routes %v", k.writes, ours(t, nl))
+	}
+	applied := tbl.Applied()
+	tbl.Set(SourceBGP, []Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never applied")
+	}
+	if k.writes != 0 {
+		t.Errorf("restart with the same routes wrote %d times", k.writes)
+	}
+	lists := k.lists
+	applied = tbl.Applied()
+	tbl.Set(SourceBGP, []Route{
+		{Dst: netip.MustParsePrefix("10.244.2.0/26"), Via: netip.MustParseAddr("192.0.2.3")},
+	})
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatal("change never applied")
+	}
+	if k.lists != lists {
+		t.Errorf("a change listed the kernel's routes (%d lists)", k.lists-lists)
+	}
+	got := ours(t, nl)
+	if _, ok := got["10.244.1.0/26"]; ok || got["10.244.2.0/26"] != "dummy0 via 192.0.2.3" {
+		t.Errorf("after diff: %v", got)
+	}
+}
