@@ -2,14 +2,101 @@
 // plugin) and `calico-ipam` (the IPAM plugin) are the same executable, chosen
 // by argv[0].
 //
-// Model: a container runtime executes the plugin with CNI_* environment
-// variables and the network config on stdin; the plugin answers with a
-// result or a CNI error JSON on stdout. Spec versions 0.1.0 through 1.1.0
-// are announced by VERSION.
+// # Model
 //
-// Design: the containernetworking skel package owns the protocol (env
-// parsing, version negotiation, error encoding); this package only supplies
-// the command functions.
+// A container runtime executes the plugin with CNI_* environment variables
+// and the network config on stdin; the plugin answers with a result (in the
+// cniVersion the config asks for, 0.1.0 to 1.1.0) or a CNI error JSON on
+// stdout, and logs to stderr only. Error codes: 1 incompatible version, 3
+// the pod's netns (or Kubernetes pod) is gone, 4 bad CNI_* variables, 6
+// undecodable config, 7 invalid config (the message names the field), 8
+// CNI_NETNS is no namespace, 11 try again later (etcd or the API server
+// unreachable, pool exhausted, lost a race), 50 plugin not available
+// (STATUS), 999 anything else.
 //
-// Thread safety: one invocation per process; nothing is shared.
+// What ADD builds is Calico's (shared/reference/calico-3.31-cni-netns.txt):
+//
+//   - host veth "cali" + 11 characters: for a Kubernetes pod the first 11
+//     hex digits of sha1("<namespace>.<pod>") (FELIX_INTERFACEPREFIX's
+//     first entry replaces "cali"), for plain CNI the first 11 characters of
+//     the container ID; MAC ee:ee:ee:ee:ee:ee; proxy_arp, forwarding,
+//     route_localnet on, proxy_delay 0, accept_ra 0 (IPv6: forwarding,
+//     proxy_ndp, no DAD, EUI-64 link-local);
+//   - a /32 (/128) host route to each pod address via the veth, with the
+//     project's route protocol (routeproto.Calico, 80), where Calico's has
+//     none: so that the agent's route reconciler owns it;
+//   - inside the pod CNI_IFNAME with the address(es) as /32 and /128,
+//     "169.254.1.1 dev eth0 scope link" and "default via 169.254.1.1",
+//     for IPv6 "default via fe80::ecee:eeff:feee:eeee" (the host veth's
+//     link-local address, fixed because its MAC and address generation
+//     mode are: computed, never waited for), ip_forward off;
+//   - the WorkloadEndpoint exactly as Calico writes it (name
+//     "<node>-k8s-<pod>-<iface>" or "<node>-cni-<containerID>-<iface>",
+//     dashes doubled; namespace the pod's, "default" for plain CNI); for a
+//     Kubernetes pod read from the API server (kubeconfig, or the policy
+//     section's k8s_api_root and k8s_auth_token) its labels plus
+//     projectcalico.org/namespace, /orchestrator, /serviceaccount, its
+//     named and host ports, and the profiles kns.<ns> and ksa.<ns>.<sa>;
+//     otherwise the profile named after the network, which is created
+//     (ingress from the network's members, egress open) when the config has
+//     no policy section, as Calico does.
+//
+// Addresses come from Calico IPAM, in-process when "ipam" is calico-ipam
+// (the same code the calico-ipam plugin runs, under the handle
+// "<network>.<containerID>", honouring ipv4_pools, ipv6_pools, assign_ipv4,
+// assign_ipv6 and the cni.projectcalico.org/ipv4pools, ipv6pools,
+// ipFamilies (pod or namespace) and ipAddrs (pod) annotations), or from any
+// other IPAM plugin, executed as runtimes do (found in CNI_PATH, same
+// config, CNI_ARGS with IgnoreUnknown=1; host-local's "usePodCidr" is
+// replaced by the node's pod CIDR). The calico-ipam plugin reports each
+// address with its block's prefix length, as Calico's does.
+//
+// Decisions where Calico leaves room:
+//
+//   - A second ADD for a plain-CNI container that already has an endpoint
+//     (another network or interface name) builds nothing: it adds this
+//     network's profile to the endpoint and reports the endpoint's
+//     addresses, as Calico does. A Kubernetes pod's new sandbox (new
+//     container ID) gets new addresses and a new veth under the pod's
+//     endpoint, which is updated to the new container; DEL of the old
+//     sandbox then frees only the old addresses (Calico's behaviour too).
+//   - A network name that is not a valid resource name ("any_name") gets
+//     the profile "any-name": Calico would write an endpoint its own
+//     validation rejects.
+//   - The node name is the nodename option, else the nodename_file
+//     (default /var/lib/calico/nodename, written by calico-node; a
+//     configured file must exist), else the deprecated hostname option,
+//     else the host name. Calico insists on the file unless
+//     nodename_file_optional; we fall back, so a node without calico-node
+//     still works.
+//   - A netns deleted while ADD runs (we hold it open, so the veth would
+//     die with it) fails the ADD with code 3 after undoing everything.
+//
+// # Design
+//
+// The containernetworking skel package owns the protocol (environment,
+// version negotiation, error encoding); this package supplies the
+// commands. ADD is latency-critical (kubelet waits for it): it connects to
+// etcd once, makes one ranged read for an existing endpoint, one IPAM
+// operation, and writes the endpoint and the profile at the same time; the
+// Kubernetes pod is read while etcd is being connected to; the veth is
+// created from the host with its peer placed straight into the pod's
+// namespace and configured while the addresses are being allocated, with a
+// single namespace switch (for the pod's sysctls; it also opens a netlink
+// socket inside the pod used for the rest). Every step of ADD registers its
+// undo, run in reverse when a later step fails: a failed ADD leaves no
+// address, veth or endpoint. DEL deletes the endpoint (a Kubernetes one only
+// if it still names this container), the pod's interface and the addresses
+// concurrently, and treats anything already gone as done. CHECK compares
+// the pod interface, addresses, routes, host veth and routes, and the
+// endpoint with prevResult. STATUS is ready when etcd answers. GC removes
+// this node's endpoints and IPAM handles of containers not in
+// cni.dev/valid-attachments. Phases are logged at debug level with their
+// durations.
+//
+// # Thread safety
+//
+// One invocation per process. Background goroutines of one command share
+// the datastore client, which is safe for concurrent use, and otherwise own
+// what they build until the command collects it.
 package cni

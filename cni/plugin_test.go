@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -79,51 +78,4 @@ func TestVersionThroughLibcni(t *testing.T) {
 			t.Errorf("%s supports %v, want %v", plugin, got, specVersions)
 		}
 	}
-}
-
-// Until ADD/DEL/CHECK land, every other command must fail loudly with a
-// CNI error object, never pretend success.
-func TestUnimplementedCommandsReturnCNIError(t *testing.T) {
-	dir := testbin.Dir(t)
-	conf := `{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"calico","ipam":{"type":"calico-ipam"}}`
-	for _, cmd := range []string{"ADD", "DEL", "CHECK"} {
-		t.Run(cmd, func(t *testing.T) {
-			out, err := execPlugin(t, filepath.Join(dir, "calico"), cmd, conf)
-			if err == nil {
-				t.Fatalf("%s succeeded: %s", cmd, out)
-			}
-			var e struct {
-				CNIVersion string `json:"cniVersion"`
-				Code       int    `json:"code"`
-				Msg        string `json:"msg"`
-			}
-			if jerr := json.Unmarshal(out, &e); jerr != nil {
-				t.Fatalf("stdout is not a CNI error object: %v: %q", jerr, out)
-			}
-			if e.Code != 999 || !strings.Contains(e.Msg, cmd+" is not implemented") {
-				t.Errorf("error object %+v: want code 999 (internal) and a message naming %s", e, cmd)
-			}
-		})
-	}
-	t.Run("bad-json", func(t *testing.T) {
-		out, _ := execPlugin(t, filepath.Join(dir, "calico"), "ADD", "{not json")
-		var e struct{ Code int }
-		if err := json.Unmarshal(out, &e); err != nil || e.Code != 6 {
-			t.Errorf("malformed config: want CNI error code 6, got %q", out)
-		}
-	})
-	t.Run("unsupported-version", func(t *testing.T) {
-		out, err := execPlugin(t, filepath.Join(dir, "calico"), "VERSION", `{"cniVersion":"9.9.9"}`)
-		var e struct{ Code int }
-		if err == nil || json.Unmarshal(out, &e) != nil || e.Code != 1 {
-			t.Errorf("VERSION for 9.9.9: want CNI error code 1 (incompatible version), got %q (%v)", out, err)
-		}
-	})
-	t.Run("bad-command", func(t *testing.T) {
-		out, err := execPlugin(t, filepath.Join(dir, "calico"), "FROB", conf)
-		var e struct{ Code int }
-		if err == nil || json.Unmarshal(out, &e) != nil || e.Code != 4 {
-			t.Errorf("unknown CNI_COMMAND: want CNI error code 4, got %q (%v)", out, err)
-		}
-	})
 }

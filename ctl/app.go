@@ -78,6 +78,7 @@ func Commands() []*cli.Command {
 			Action:    withSession(cmdPatch),
 		},
 		ipamCommand(),
+		nodeCommand(),
 		{
 			Name:  "version",
 			Usage: "print the client version and the cluster's",

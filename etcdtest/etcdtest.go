@@ -40,7 +40,8 @@ var errPortInUse = errors.New("port already in use")
 type Option func(*options)
 
 type options struct {
-	tls bool
+	tls  bool
+	unix bool
 }
 
 // WithTLS makes the server serve clients over https with client certificate
@@ -49,6 +50,15 @@ type options struct {
 // Server's CACertFile, CertFile and KeyFile point at the client's files.
 func WithTLS() Option {
 	return func(o *options) { o.tls = true }
+}
+
+// WithUnixSocket makes the server also listen on a unix socket in its
+// temporary directory, published as UnixEndpoint. A socket is a file, so
+// processes in other network namespaces (test "nodes" run with `ip netns
+// exec`) reach it, where the loopback port of the test's own namespace is
+// out of their reach. Start only (not StartEmbedded).
+func WithUnixSocket() Option {
+	return func(o *options) { o.unix = true }
 }
 
 // Server is a running single-member etcd.
@@ -61,8 +71,12 @@ type Server struct {
 	// KeyFile are a client certificate the server accepts. Empty without
 	// WithTLS.
 	CACertFile, CertFile, KeyFile string
+	// UnixEndpoint is the unix-socket client URL ("unix:///.../etcd.sock"),
+	// set with WithUnixSocket.
+	UnixEndpoint string
 
 	embedded bool
+	unixDir  string
 	binary   string
 	logPath  string
 	pki      *pki
@@ -121,6 +135,12 @@ func newServer(t testing.TB, embedded bool, opts []Option) *Server {
 		embedded: embedded,
 		logPath:  filepath.Join(dir, "etcd.log"),
 	}
+	if o.unix {
+		if embedded {
+			t.Fatalf("etcdtest: WithUnixSocket needs the etcd binary (Start)")
+		}
+		s.unixDir = dir
+	}
 	if o.tls {
 		p, err := writePKI(dir)
 		if err != nil {
@@ -170,11 +190,18 @@ func (s *Server) pickPorts() error {
 		scheme = "https"
 	}
 	s.Endpoints = []string{fmt.Sprintf("%s://127.0.0.1:%d", scheme, s.clientPort)}
+	if s.unixDir != "" {
+		// etcd names a unix listener "host:port" relative to its working
+		// directory (the test directory); clients take an absolute path.
+		s.UnixEndpoint = "unix://" + filepath.Join(s.unixDir, s.unixName())
+	}
 	s.mu.Unlock()
 	return nil
 }
 
 func (s *Server) clientURL() string { return s.Endpoints[0] }
+
+func (s *Server) unixName() string { return "localhost:" + strconv.Itoa(s.clientPort) }
 
 func (s *Server) peerURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.peerPort) }
 

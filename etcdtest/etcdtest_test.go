@@ -159,3 +159,27 @@ func TestEtcdEnv(t *testing.T) {
 		}
 	}
 }
+
+// A server with a unix socket serves the same data there, also after a
+// restart (the old socket file must not be in the way).
+func TestUnixSocket(t *testing.T) {
+	s := Start(t, WithUnixSocket())
+	if !strings.HasPrefix(s.UnixEndpoint, "unix:///") {
+		t.Fatalf("UnixEndpoint = %q, want an absolute unix:// URL", s.UnixEndpoint)
+	}
+	if _, err := s.Client(t).Put(ctxT(t), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.UnixEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Get(ctxT(t), "k")
+		c.Close()
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+			t.Fatalf("round %d: get over %s: %v %v", round, s.UnixEndpoint, resp, err)
+		}
+		s.Restart(t)
+	}
+}

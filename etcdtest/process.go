@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -19,10 +20,20 @@ type process struct {
 // startProcess runs the etcd binary on the current ports. Called with s.mu
 // held.
 func (s *Server) startProcess() error {
+	listen := s.clientURL()
+	if s.unixDir != "" {
+		scheme := "unix"
+		if s.pki != nil {
+			scheme = "unixs"
+		}
+		listen += "," + scheme + "://" + s.unixName()
+		// A socket left by a previous run of this server would be in use.
+		os.Remove(filepath.Join(s.unixDir, s.unixName()))
+	}
 	args := []string{
 		"--name", memberName,
 		"--data-dir", s.DataDir,
-		"--listen-client-urls", s.clientURL(),
+		"--listen-client-urls", listen,
 		"--advertise-client-urls", s.clientURL(),
 		"--listen-peer-urls", s.peerURL(),
 		"--initial-advertise-peer-urls", s.peerURL(),
@@ -52,6 +63,7 @@ func (s *Server) startProcess() error {
 	fmt.Fprintf(logFile, "=== etcdtest: starting %s %s\n", s.binary, strings.Join(args, " "))
 
 	cmd := exec.Command(s.binary, args...)
+	cmd.Dir = s.unixDir // where a unix listener's socket goes; "" = ours
 	cmd.Env = etcdEnv()
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

@@ -9,6 +9,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ipset >/dev/null 2>&1 || need+=(ipset)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v bird >/dev/null 2>&1 || need+=(bird2)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,534 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	calicoapi "github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+// Kinds are the resource kinds the actor needs from confwatch.
+func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool"} }
+
+// Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
+// implements it.
+type Updates interface {
+	Next(ctx context.Context) ([]confwatch.Update, error)
+}
+
+// RouteSink takes the complete set of routes a source wants in the kernel;
+// *routes.Table implements it.
+type RouteSink interface {
+	Set(source string, rs []routes.Route)
+}
+
+// Reporter receives health reports; *health.Reporter implements it.
+type Reporter interface {
+	Report(live, ready bool, detail string)
+}
+
+// Route sets handed to the sink during a burst are spaced by
+// publishCostPerRoute per route published (each set is recomputed and
+// copied whole, and the route table diffs it whole), at most by
+// maxPublishInterval: a node with a hundred routes passes every change on
+// within a millisecond, one learning 10,000 routes at once does not spend
+// its CPU rebuilding 10,000-route sets for every few new ones.
+const (
+	publishCostPerRoute = 10 * time.Microsecond
+	maxPublishInterval  = 100 * time.Millisecond
+)
+
+// DefaultReadyThreshold is how long after start every session must be up
+// for the node to be ready (calico-node's -threshold-time default).
+const DefaultReadyThreshold = 30 * time.Second
+
+// Config configures the actor.
+type Config struct {
+	NodeName string
+	// StatusSocket is the unix socket answering `node status`; "" for none.
+	StatusSocket string
+	// ListenPort, when not 0, overrides BGPConfiguration's listenPort for
+	// this node's own listener (peers still dial the configured port).
+	ListenPort int
+	// ReadyThreshold: see Readiness; 0 means DefaultReadyThreshold.
+	ReadyThreshold time.Duration
+	// Secrets resolves BGP passwords; nil when none can be read.
+	Secrets Secrets
+	Logger  *slog.Logger
+	// Registerer, when set, gets the actor's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Actor is the BGP speaker actor.
+type Actor struct {
+	cfg     Config
+	log     *slog.Logger
+	updates Updates
+	kv      Etcd
+	sink    RouteSink
+	rep     Reporter
+	now     func() time.Time
+
+	book *statusBook
+	bgp  *server.BgpServer
+	sp   *speaker
+
+	// learned is written by gobgp's event goroutine and read by Run.
+	lmu          sync.Mutex
+	learned      map[netip.Prefix]Learned
+	learnedDirty chan struct{}
+
+	// ipam is written by the IPAM watch goroutine and read by Run.
+	imu       sync.Mutex
+	ipam      *IPAMState
+	ipamDirty chan struct{}
+
+	metrics metrics
+}
+
+type metrics struct {
+	sessions *prometheus.GaugeVec
+	imported prometheus.Gauge
+	exported prometheus.Gauge
+}
+
+// New builds the actor. updates must be a subscription to Kinds(); kv is
+// the etcd client the IPAM keys are read from; sink gets the learned
+// routes; rep, when not nil, gets readiness reports.
+func New(cfg Config, updates Updates, kv Etcd, sink RouteSink, rep Reporter) *Actor {
+	if cfg.ReadyThreshold == 0 {
+		cfg.ReadyThreshold = DefaultReadyThreshold
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "bgp")
+	a := &Actor{
+		cfg: cfg, log: logger, updates: updates, kv: kv, sink: sink, rep: rep, now: time.Now,
+		learned:      map[netip.Prefix]Learned{},
+		learnedDirty: make(chan struct{}, 1),
+		ipamDirty:    make(chan struct{}, 1),
+	}
+	a.book = newStatusBook(cfg.NodeName, a.now)
+	a.metrics = metrics{
+		sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "calico_bgp_sessions", Help: "Configured BGP sessions by state."}, []string{"state"}),
+		imported: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_bgp_routes_imported", Help: "Routes learned over BGP that the node wants in its kernel."}),
+		exported: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_bgp_routes_advertised", Help: "Routes this node originates."}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(a.metrics.sessions, a.metrics.imported, a.metrics.exported)
+	}
+	return a
+}
+
+// Status returns the current status (what the status socket serves).
+func (a *Actor) Status() Status { return a.book.snapshot() }
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// datastore state, owned by Run.
+type state struct {
+	nodes   map[string]*calicoapi.Node
+	peers   map[string]*calicoapi.BGPPeer
+	configs map[string]*calicoapi.BGPConfiguration
+	pools   map[string]*calicoapi.IPPool
+}
+
+func (st *state) apply(ups []confwatch.Update) {
+	for _, u := range ups {
+		name, del := u.Key.Name, u.Type == confwatch.Delete
+		switch o := u.Object.(type) {
+		case *calicoapi.Node:
+			setOrDelete(st.nodes, name, o, del)
+		case *calicoapi.BGPPeer:
+			setOrDelete(st.peers, name, o, del)
+		case *calicoapi.BGPConfiguration:
+			setOrDelete(st.configs, name, o, del)
+		case *calicoapi.IPPool:
+			setOrDelete(st.pools, name, o, del)
+		}
+	}
+}
+
+func setOrDelete[T any](m map[string]*T, name string, v *T, del bool) {
+	if del {
+		delete(m, name)
+	} else {
+		m[name] = v
+	}
+}
+
+// Run runs the speaker until ctx ends.
+//
+// Order of work: nothing is configured before both the datastore snapshot
+// and the IPAM list are in; then the speaker starts, its export filter and
+// originated routes are installed, and only then are sessions added, so
+// that the first UPDATE a peer gets already holds everything (a restarted
+// node's End-of-RIB must not make peers drop routes it is about to
+// re-announce).
+//
+// On stop the sessions are cut without a NOTIFICATION, so that peers keep
+// our routes for the graceful-restart time (see abortSessions). gobgp's
+// server loop has no way to end; after Run returns it stays parked, with no
+// sockets or timers, until the process exits.
+func (a *Actor) Run(ctx context.Context) error {
+	started := a.now()
+	if a.rep != nil {
+		a.rep.Report(true, false, "waiting for datastore")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	if a.cfg.StatusSocket != "" {
+		l, err := listenStatus(a.cfg.StatusSocket)
+		if err != nil {
+			// Status is a convenience; routing must not depend on it.
+			a.log.Error("BGP status socket unavailable; `node status` will not work", "err", err)
+		} else {
+			wg.Go(func() { serveStatus(l, a.book) })
+			wg.Go(func() { <-ctx.Done(); l.Close() })
+		}
+	}
+
+	confCh := make(chan []confwatch.Update)
+	wg.Go(func() {
+		for {
+			ups, err := a.updates.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case confCh <- ups:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		newIPAMWatch(a.kv, a.cfg.NodeName, a.log, func(s IPAMState) {
+			a.imu.Lock()
+			a.ipam = &s
+			a.imu.Unlock()
+			kick(a.ipamDirty)
+		}).Run(ctx)
+	})
+
+	a.bgp = server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: a.log.With("gobgp", true), book: a.book}))
+	go a.bgp.Serve() // never returns; see above
+	a.sp = newSpeaker(a.bgp, a.book, a.log)
+	if err := a.bgp.WatchEvent(ctx, &api.WatchEventRequest{
+		Peer:  &api.WatchEventRequest_Peer{},
+		Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST}}},
+	}, a.onEvent); err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stopCancel()
+		a.sp.stop(stopCtx, true)
+		a.log.Info("BGP speaker stopped")
+	}()
+
+	st := &state{
+		nodes: map[string]*calicoapi.Node{}, peers: map[string]*calicoapi.BGPPeer{},
+		configs: map[string]*calicoapi.BGPConfiguration{}, pools: map[string]*calicoapi.IPPool{},
+	}
+	var (
+		haveConf, dirty, importDirty bool
+		ipam                         *IPAMState
+		backoff                      time.Duration
+		retry, publishAt             <-chan time.Time
+		lastPublish                  time.Time
+		healthDue                    = true
+		r                            = &reconciler{a: a}
+	)
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ups := <-confCh:
+			st.apply(ups)
+			haveConf, dirty = true, true
+		case <-a.ipamDirty:
+			a.imu.Lock()
+			ipam = a.ipam
+			a.imu.Unlock()
+			dirty = true
+		case <-a.learnedDirty:
+			importDirty = true
+		case <-a.book.changed:
+			healthDue = true
+		case <-tick.C:
+			healthDue = true
+			// Secrets are files nobody tells us about: re-read them now and
+			// then, so that a rotated or newly mounted password takes effect.
+			dirty = dirty || r.secrets
+		case <-retry:
+			retry = nil
+		case <-publishAt:
+			publishAt = nil
+		}
+		if haveConf && ipam != nil && dirty && retry == nil {
+			dirty = false
+			if err := r.reconcile(ctx, st, *ipam); err != nil {
+				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
+				a.log.Warn("BGP configuration not fully applied; retrying", "err", err, "backoff", backoff)
+				retry, dirty = time.After(backoff), true
+			} else {
+				backoff = 0
+			}
+			importDirty, healthDue = true, true
+		}
+		// gobgp reports best paths one destination at a time; a burst of
+		// thousands must not turn into thousands of full route sets. The
+		// first change after a quiet spell goes out at once.
+		if importDirty && r.ready && publishAt == nil {
+			interval := min(maxPublishInterval, time.Duration(len(r.last))*publishCostPerRoute)
+			if wait := time.Until(lastPublish.Add(interval)); wait > 0 {
+				publishAt = time.After(wait)
+			} else {
+				r.publish()
+				importDirty, lastPublish = false, time.Now()
+			}
+		}
+		if healthDue {
+			a.reportHealth(r, started)
+			healthDue = false
+		}
+	}
+}
+
+func (a *Actor) onEvent(ev *api.WatchEventResponse) {
+	if p := ev.GetPeer(); p != nil {
+		if p.Type != api.WatchEventResponse_PeerEvent_STATE || p.Peer == nil || p.Peer.State == nil {
+			return
+		}
+		addr, err := netip.ParseAddr(p.Peer.State.NeighborAddress)
+		if err != nil {
+			return
+		}
+		a.book.setState(addr.Unmap(), sessionState(p.Peer.State.SessionState))
+		return
+	}
+	t := ev.GetTable()
+	if t == nil || len(t.Paths) == 0 {
+		return
+	}
+	a.lmu.Lock()
+	changed := false
+	for _, p := range t.Paths {
+		l, withdrawn, local, err := decodeBest(p)
+		if err != nil {
+			continue
+		}
+		if withdrawn || local {
+			if _, ok := a.learned[l.Prefix]; ok {
+				delete(a.learned, l.Prefix)
+				changed = true
+			}
+			continue
+		}
+		if old, ok := a.learned[l.Prefix]; !ok || old != l {
+			a.learned[l.Prefix] = l
+			changed = true
+		}
+	}
+	a.lmu.Unlock()
+	if changed {
+		kick(a.learnedDirty)
+	}
+}
+
+func sessionState(s api.PeerState_SessionState) string {
+	switch s {
+	case api.PeerState_CONNECT:
+		return StateConnect
+	case api.PeerState_ACTIVE:
+		return StateActive
+	case api.PeerState_OPENSENT:
+		return StateOpenSent
+	case api.PeerState_OPENCONFIRM:
+		return StateOpenConfirm
+	case api.PeerState_ESTABLISHED:
+		return StateEstablished
+	}
+	return StateIdle
+}
+
+func (a *Actor) reportHealth(r *reconciler, started time.Time) {
+	st := a.book.snapshot()
+	var ready bool
+	var detail string
+	switch {
+	case !r.ready:
+		detail = "waiting for datastore and IPAM"
+	case !r.enabled:
+		ready, detail = true, "BGP not configured on this node"
+	default:
+		ready, detail = Readiness(st.Peers, a.now().Sub(started), a.cfg.ReadyThreshold)
+	}
+	a.book.setReady(ready, detail)
+	if a.rep != nil {
+		a.rep.Report(true, ready, detail)
+	}
+	counts := map[string]int{}
+	for _, p := range st.Peers {
+		counts[strings.ToLower(p.BGPState)]++
+	}
+	a.metrics.sessions.Reset()
+	for s, n := range counts {
+		a.metrics.sessions.WithLabelValues(s).Set(float64(n))
+	}
+}
+
+// reconciler holds what Run last computed.
+type reconciler struct {
+	a        *Actor
+	ready    bool // a configuration has been computed
+	enabled  bool // this node runs BGP
+	in       RoutingInput
+	adverts  []Advert
+	problems map[string]bool
+	last     []routes.Route
+	secrets  bool // some session has a password (or a missing one)
+}
+
+func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
+	a := r.a
+	d := Compute(Snapshot{NodeName: a.cfg.NodeName, Nodes: st.nodes, Peers: st.peers, BGPConfigs: st.configs, Secrets: a.cfg.Secrets})
+	probs := map[string]bool{}
+	for _, p := range d.Problems {
+		probs[p] = true
+		if !r.problems[p] {
+			a.log.Warn("BGP configuration problem", "problem", p)
+		}
+	}
+	r.problems = probs
+	r.ready = true
+	if !d.OK {
+		if r.enabled || !a.sp.running {
+			a.log.Info("this node has no BGP address (Node spec.bgp); BGP is off")
+		}
+		r.enabled = false
+		a.sp.stop(ctx, false)
+		a.book.setIdentity(false, Identity{})
+		a.book.setPeers(nil)
+		r.in, r.adverts = RoutingInput{}, nil
+		a.clearLearned()
+		return nil
+	}
+	r.enabled = true
+	r.secrets = false
+	for _, s := range d.Sessions {
+		if s.Password != "" || s.PasswordError != "" {
+			r.secrets = true
+		}
+	}
+	pools := make([]*calicoapi.IPPool, 0, len(st.pools))
+	for _, p := range st.pools {
+		pools = append(pools, p)
+	}
+	r.in = RoutingInput{
+		Identity: d.Identity, Pools: pools,
+		Global: st.configs["default"], NodeConfig: st.configs["node."+a.cfg.NodeName],
+		IPAM: ipam,
+	}
+	g := globalConf{routerID: d.Identity.RouterID, as: d.Identity.AS, port: d.Identity.Port()}
+	if a.cfg.ListenPort != 0 {
+		g.port = uint16(a.cfg.ListenPort)
+	}
+	if d.Identity.ListenOnNodeIP {
+		var ls []string
+		for _, ip := range []netip.Addr{d.Identity.IPv4, d.Identity.IPv6} {
+			if ip.IsValid() {
+				ls = append(ls, ip.String())
+			}
+		}
+		g.listen = strings.Join(ls, ",")
+	}
+	restarted, err := a.sp.ensureGlobal(ctx, g)
+	if err != nil {
+		return err
+	}
+	if restarted {
+		a.clearLearned()
+	}
+	a.book.setIdentity(true, d.Identity)
+	r.adverts = Adverts(r.in)
+	a.metrics.exported.Set(float64(len(r.adverts)))
+	var errs []error
+	errs = append(errs, a.sp.syncFilter(ctx, Filter(r.in, d.Sessions)))
+	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
+	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
+	return errors.Join(errs...)
+}
+
+func (a *Actor) clearLearned() {
+	a.lmu.Lock()
+	clear(a.learned)
+	a.lmu.Unlock()
+	kick(a.learnedDirty)
+}
+
+// publish hands the kernel routes to the sink when they changed.
+func (r *reconciler) publish() {
+	a := r.a
+	var want []routes.Route
+	if r.enabled {
+		a.lmu.Lock()
+		learned := make([]Learned, 0, len(a.learned))
+		for _, l := range a.learned {
+			learned = append(learned, l)
+		}
+		a.lmu.Unlock()
+		want = KernelRoutes(learned, r.in, r.adverts)
+		a.metrics.imported.Set(float64(len(want)))
+		want = append(want, Blackholes(r.in)...)
+		slices.SortFunc(want, func(x, y routes.Route) int { return comparePrefix(x.Dst, y.Dst) })
+	}
+	if r.last != nil && slices.Equal(r.last, want) {
+		return
+	}
+	r.last = want
+	if r.last == nil {
+		r.last = []routes.Route{}
+	}
+	a.sink.Set(routes.SourceBGP, want)
+}
+
+// serveStatus answers every connection on l with the status as JSON until
+// l is closed.
+func serveStatus(l net.Listener, book *statusBook) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		writeStatus(c, book.snapshot())
+	}
+}

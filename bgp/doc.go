@@ -1,0 +1,81 @@
+// Package bgp is the BGP speaker of calico-node: what BIRD and confd do in
+// Calico, on gobgp (v3) as a library.
+//
+// # API model
+//
+// Actor (New, Run) is the agent's BGP actor. It reads Nodes, BGPPeers,
+// BGPConfigurations and IPPools from a confwatch subscription and the IPAM
+// keys from etcd, runs one gobgp server, and hands the routes it wants in
+// the kernel to a RouteSink (the agent's routes.Table, source "30-bgp"): it
+// never writes kernel routes itself. It serves its status as JSON on a unix
+// socket (QueryStatus, WriteStatus: `calicoctl node status`) and reports
+// readiness the way calico-node -bird-ready does (Readiness).
+//
+// The computations are pure and exported for tests and tools:
+//
+//	Compute(Snapshot)      -> Desired: identity (router ID, AS, port) and sessions
+//	Adverts(RoutingInput)  -> routes this node originates
+//	Filter(...)            -> export policy for routes learned from peers
+//	KernelRoutes(...)      -> learned best paths -> kernel routes
+//	Blackholes(...)        -> blackholes for this node's blocks
+//
+// # Design
+//
+//	confwatch (Node, BGPPeer, BGPConfiguration, IPPool) ─┐
+//	etcd /calico/ipam/v2/ (affinities, blocks) ──────────┼─► Run: Compute, Adverts, Filter
+//	                                                     │        │ diff
+//	                                                     │        ▼
+//	                                                     │   gobgp: peers, policy, paths ◄──► peers
+//	                                                     │        │ best-path events
+//	                                                     └──► KernelRoutes + Blackholes ──► RouteSink
+//
+// Sessions follow confd exactly (client.go updatePeersV1 and the bird.cfg
+// template of Calico v3.31): full mesh over every node's address unless
+// nodeToNodeMeshEnabled is false, never with route reflectors (nodes with
+// routeReflectorClusterID) and not at all on them; BGPPeers global, by
+// node or nodeSelector, to a peerIP or to the nodes of a peerSelector,
+// mirrored on the selected Calico nodes unless reversePeering is Manual;
+// route-reflector clients where this node has a cluster ID and the iBGP
+// peer is outside it; a one-directional mesh (a node waits for peers whose
+// address, compared as strings, is higher); passwords from secretKeyRef
+// (SecretsDir reads a mounted Secret), sourceAddress, maxRestartTime,
+// keepOriginalNextHop (eBGP only), nextHopMode, localASNumber. Sessions
+// are added, replaced and removed one by one; only a change of router ID,
+// AS or listen port restarts gobgp.
+//
+// Export is BIRD's: confirmed blocks affine to this node (not /32
+// affinities), addresses this node's workloads hold in other nodes' blocks
+// as /32s, the service ranges of BGPConfiguration, never anything in a
+// pool with disableBGPExport; next hop the node's address of the family;
+// prefixAdvertisements communities. Routes learned from peers are passed on
+// (reflected, or re-advertised to external peers) only inside pools and
+// service ranges. Import is BIRD's calico_kernel_programming: every learned
+// best path goes to the kernel, except service ranges, VXLAN pools (the
+// overlay's), prefixes this node originates and its own subnet; routes in
+// IP-in-IP pools go through tunl0 (CrossSubnet: natively inside the
+// subnet). As in Calico, routes outside every pool (a ToR's default route)
+// are installed too.
+//
+// Graceful restart is on for every session, with the restart time of
+// maxRestartTime / nodeMeshMaxRestartTime (default 120 s). Sessions of the
+// first configuration after start are "restarting" (RFC 4724 R and F bits,
+// as Calico starts BIRD with -R); paths are originated before sessions are
+// added. On stop the TCP connections are cut before gobgp is stopped
+// (abortSessions), because gobgp's shutdown sends a Cease on which peers
+// drop our routes at once; without the NOTIFICATION they keep them for the
+// restart time. TCP MD5 is probed once per password session and a kernel
+// that refuses it is reported in the session's status.
+//
+// gobgp reports connection failures and notifications only through its
+// logger: the slog adapter (gobgpLogger) records them per peer for the
+// status table and keeps gobgp's chatter at Debug.
+//
+// # Thread safety
+//
+// Run owns the datastore state and the gobgp configuration. gobgp's event
+// goroutine writes learned paths and session states, the IPAM watch its
+// state and the logger adapter errors, each under its own lock, and wake
+// Run through 1-slot channels. Status and the status socket read the
+// status book under its lock. Compute, Adverts, Filter, KernelRoutes and
+// Blackholes are pure.
+package bgp

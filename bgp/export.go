@@ -1,0 +1,455 @@
+package bgp
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/routes"
+)
+
+// excludeLBLabel keeps a node out of service address advertisement
+// (Kubernetes' well-known label, honoured by Calico).
+const excludeLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// LargeCommunity is an RFC 8092 community.
+type LargeCommunity [3]uint32
+
+// Advert is one route this node originates.
+type Advert struct {
+	Prefix      netip.Prefix
+	NextHop     netip.Addr
+	Communities []uint32 // RFC 1997 (high 16 bits : low 16 bits)
+	Large       []LargeCommunity
+}
+
+func (a Advert) equal(b Advert) bool {
+	return a.Prefix == b.Prefix && a.NextHop == b.NextHop &&
+		slices.Equal(a.Communities, b.Communities) && slices.Equal(a.Large, b.Large)
+}
+
+// IPAMState is what IPAM says this node owns.
+type IPAMState struct {
+	// Blocks are the blocks affine to this node (affinity not pending).
+	Blocks []netip.Prefix
+	// Borrowed are addresses held by this node's workloads in blocks affine
+	// to other nodes (or to none).
+	Borrowed []netip.Addr
+}
+
+// RoutingInput is what export, import and the export filter are computed
+// from.
+type RoutingInput struct {
+	Identity Identity
+	Pools    []*api.IPPool
+	// Global is BGPConfiguration "default", NodeConfig "node.<name>"; either
+	// may be nil.
+	Global, NodeConfig *api.BGPConfiguration
+	IPAM               IPAMState
+}
+
+type pool struct {
+	cidr         netip.Prefix
+	vxlan        bool
+	ipip         api.IPIPMode
+	exportDenied bool
+}
+
+func (in RoutingInput) pools() []pool {
+	var out []pool
+	for _, p := range in.Pools {
+		cidr, err := netip.ParsePrefix(p.Spec.CIDR)
+		if err != nil {
+			continue
+		}
+		pl := pool{cidr: cidr.Masked(), exportDenied: p.Spec.DisableBGPExport}
+		pl.vxlan = p.Spec.VXLANMode == api.VXLANModeAlways || p.Spec.VXLANMode == api.VXLANModeCrossSubnet
+		if p.Spec.IPIPMode == api.IPIPModeAlways || p.Spec.IPIPMode == api.IPIPModeCrossSubnet {
+			pl.ipip = p.Spec.IPIPMode
+		}
+		out = append(out, pl)
+	}
+	// Longest first, so that the most specific pool decides.
+	slices.SortFunc(out, func(a, b pool) int { return b.cidr.Bits() - a.cidr.Bits() })
+	return out
+}
+
+func poolOf(pools []pool, p netip.Prefix) (pool, bool) {
+	for _, pl := range pools {
+		if pl.cidr.Addr().Is4() == p.Addr().Is4() && pl.cidr.Bits() <= p.Bits() && pl.cidr.Contains(p.Addr()) {
+			return pl, true
+		}
+	}
+	return pool{}, false
+}
+
+// serviceCIDRs are the service ranges BGPConfiguration asks every node to
+// advertise: cluster IPs, external IPs, and LoadBalancer ranges (single
+// LoadBalancer addresses are advertised per service by Calico, which needs
+// the Kubernetes service watch; not done here).
+func (in RoutingInput) serviceCIDRs() []netip.Prefix {
+	g := in.Global
+	if g == nil {
+		return nil
+	}
+	var raw []string
+	for _, c := range g.Spec.ServiceClusterIPs {
+		raw = append(raw, c.CIDR)
+	}
+	for _, c := range g.Spec.ServiceExternalIPs {
+		raw = append(raw, c.CIDR)
+	}
+	for _, c := range g.Spec.ServiceLoadBalancerIPs {
+		raw = append(raw, c.CIDR)
+	}
+	var out []netip.Prefix
+	for _, s := range raw {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			if a, err2 := netip.ParseAddr(s); err2 == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				continue
+			}
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+func (in RoutingInput) lbSingles() []netip.Prefix {
+	if in.Global == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, c := range in.Global.Spec.ServiceLoadBalancerIPs {
+		if p, err := netip.ParsePrefix(c.CIDR); err == nil && p.IsSingleIP() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func nextHopFor(id Identity, p netip.Prefix) netip.Addr {
+	if p.Addr().Is4() {
+		return id.IPv4
+	}
+	return id.IPv6
+}
+
+func containedIn(list []netip.Prefix, p netip.Prefix) bool {
+	for _, q := range list {
+		if q.Addr().Is4() == p.Addr().Is4() && q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Adverts computes the routes this node originates, as Calico's BIRD
+// configuration exports them: the confirmed blocks affine to the node
+// (bird_aggr's static blackholes), the node's workload addresses in other
+// nodes' blocks (the /32 kernel routes BIRD learns and exports because they
+// lie in a pool), and the service ranges of BGPConfiguration; nothing in a
+// pool with disableBGPExport. Communities come from prefixAdvertisements of
+// the node's own BGPConfiguration, else the default one.
+func Adverts(in RoutingInput) []Advert {
+	pools := in.pools()
+	denied := func(p netip.Prefix) bool {
+		pl, ok := poolOf(pools, p)
+		return ok && pl.exportDenied
+	}
+	set := map[netip.Prefix]bool{}
+	var out []Advert
+	add := func(p netip.Prefix) {
+		nh := nextHopFor(in.Identity, p)
+		if !nh.IsValid() || set[p] || denied(p) {
+			return
+		}
+		set[p] = true
+		out = append(out, Advert{Prefix: p, NextHop: nh})
+	}
+	for _, b := range in.IPAM.Blocks {
+		// Single-address "blocks" are never routed as blocks (bird_aggr skips
+		// /32 affinities).
+		if b.IsSingleIP() {
+			continue
+		}
+		add(b.Masked())
+	}
+	for _, a := range in.IPAM.Borrowed {
+		p := netip.PrefixFrom(a, a.BitLen())
+		if _, inPool := poolOf(pools, p); !inPool || containedIn(in.IPAM.Blocks, p) {
+			continue
+		}
+		add(p)
+	}
+	if !labelTrue(in.Identity.Labels, excludeLBLabel) {
+		singles := in.lbSingles()
+		for _, p := range in.serviceCIDRs() {
+			if slices.Contains(singles, p) {
+				continue
+			}
+			add(p)
+		}
+	}
+	rules := in.communityRules()
+	for i := range out {
+		for _, r := range rules {
+			if r.cidr.Addr().Is4() == out[i].Prefix.Addr().Is4() && r.cidr.Bits() <= out[i].Prefix.Bits() && r.cidr.Contains(out[i].Prefix.Addr()) {
+				out[i].Communities = append(out[i].Communities, r.std...)
+				out[i].Large = append(out[i].Large, r.large...)
+			}
+		}
+		slices.Sort(out[i].Communities)
+		out[i].Communities = slices.Compact(out[i].Communities)
+		slices.SortFunc(out[i].Large, func(a, b LargeCommunity) int {
+			for k := range a {
+				if a[k] != b[k] {
+					if a[k] < b[k] {
+						return -1
+					}
+					return 1
+				}
+			}
+			return 0
+		})
+		out[i].Large = slices.Compact(out[i].Large)
+	}
+	slices.SortFunc(out, func(a, b Advert) int { return comparePrefix(a.Prefix, b.Prefix) })
+	return out
+}
+
+func labelTrue(labels map[string]string, key string) bool { return labels[key] == "true" }
+
+type communityRule struct {
+	cidr  netip.Prefix
+	std   []uint32
+	large []LargeCommunity
+}
+
+var (
+	stdCommunity   = regexp.MustCompile(`^(\d+):(\d+)$`)
+	largeCommunity = regexp.MustCompile(`^(\d+):(\d+):(\d+)$`)
+)
+
+// communityRules resolves prefixAdvertisements: a community is either a
+// literal ("65001:100", "65001:100:7") or the name of an entry of the same
+// resource's communities list. The node's own BGPConfiguration replaces the
+// default one's list when it has one.
+func (in RoutingInput) communityRules() []communityRule {
+	cfg := in.Global
+	if in.NodeConfig != nil && in.NodeConfig.Spec.PrefixAdvertisements != nil {
+		cfg = in.NodeConfig
+	}
+	if cfg == nil {
+		return nil
+	}
+	var out []communityRule
+	for _, pa := range cfg.Spec.PrefixAdvertisements {
+		cidr, err := netip.ParsePrefix(pa.CIDR)
+		if err != nil {
+			continue
+		}
+		r := communityRule{cidr: cidr.Masked()}
+		for _, c := range pa.Communities {
+			v := c
+			if !stdCommunity.MatchString(v) && !largeCommunity.MatchString(v) {
+				v = ""
+				for _, def := range cfg.Spec.Communities {
+					if def.Name == c {
+						v = def.Value
+						break
+					}
+				}
+			}
+			std, large, err := ParseCommunity(v)
+			if err != nil {
+				continue
+			}
+			if large != nil {
+				r.large = append(r.large, *large)
+			} else {
+				r.std = append(r.std, std)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// ParseCommunity reads "aa:nn" (standard, each part 16 bits) or "aa:nn:mm"
+// (large, 32 bits each).
+func ParseCommunity(s string) (uint32, *LargeCommunity, error) {
+	if m := stdCommunity.FindStringSubmatch(s); m != nil {
+		hi, err1 := strconv.ParseUint(m[1], 10, 16)
+		lo, err2 := strconv.ParseUint(m[2], 10, 16)
+		if err1 != nil || err2 != nil {
+			return 0, nil, fmt.Errorf("community %q: parts must be 0-65535", s)
+		}
+		return uint32(hi)<<16 | uint32(lo), nil, nil
+	}
+	if m := largeCommunity.FindStringSubmatch(s); m != nil {
+		var lc LargeCommunity
+		for i := range 3 {
+			v, err := strconv.ParseUint(m[i+1], 10, 32)
+			if err != nil {
+				return 0, nil, fmt.Errorf("large community %q: parts must be 0-4294967295", s)
+			}
+			lc[i] = uint32(v)
+		}
+		return 0, &lc, nil
+	}
+	return 0, nil, fmt.Errorf("community %q: want aa:nn or aa:nn:mm", s)
+}
+
+// Blackholes are the kernel routes for this node's own blocks: traffic to
+// an unallocated address of a local block is dropped here instead of
+// bouncing off the default route (BIRD's static blackhole routes, which it
+// programs into the kernel). Blocks of VXLAN pools are left to the overlay
+// code, as Calico leaves them to Felix.
+func Blackholes(in RoutingInput) []routes.Route {
+	pools := in.pools()
+	var out []routes.Route
+	for _, b := range in.IPAM.Blocks {
+		if b.IsSingleIP() {
+			continue
+		}
+		if pl, ok := poolOf(pools, b); ok && pl.vxlan {
+			continue
+		}
+		out = append(out, routes.Route{Dst: b.Masked(), Type: routes.Blackhole})
+	}
+	return out
+}
+
+// Learned is the best path to a prefix learned from a peer.
+type Learned struct {
+	Prefix  netip.Prefix
+	NextHop netip.Addr
+	Peer    netip.Addr
+}
+
+// ImportDevice is the IP-in-IP device used for routes in IPIP pools.
+const ImportDevice = "tunl0"
+
+// KernelRoutes turns learned best paths into the kernel routes this node
+// wants, with Calico's calico_kernel_programming filter: everything learned
+// is installed (Calico's BIRD ends that filter with "accept"), except
+// service ranges (never routed to one node), routes in VXLAN pools (the
+// overlay programs those), prefixes this node originates itself, and the
+// node's own subnet (the kernel's connected route must stay). Routes in
+// IP-in-IP pools go through tunl0, unless the pool is CrossSubnet and the
+// next hop is in the node's subnet. A next hop that is this node is
+// dropped.
+func KernelRoutes(learned []Learned, in RoutingInput, originated []Advert) []routes.Route {
+	pools := in.pools()
+	skip := map[netip.Prefix]bool{}
+	for _, a := range originated {
+		skip[a.Prefix] = true
+	}
+	for _, p := range in.Identity.subnets() {
+		skip[p] = true
+	}
+	services := in.serviceCIDRs()
+	var out []routes.Route
+	for _, l := range learned {
+		if skip[l.Prefix] || !l.NextHop.IsValid() || l.NextHop == in.Identity.IPv4 || l.NextHop == in.Identity.IPv6 {
+			continue
+		}
+		if containedIn(services, l.Prefix) {
+			continue
+		}
+		r := routes.Route{Dst: l.Prefix, Via: l.NextHop}
+		if pl, ok := poolOf(pools, l.Prefix); ok {
+			if pl.vxlan {
+				continue
+			}
+			switch pl.ipip {
+			case api.IPIPModeAlways:
+				r.Dev, r.OnLink = ImportDevice, true
+			case api.IPIPModeCrossSubnet:
+				if !in.Identity.sameSubnet(l.NextHop) {
+					r.Dev, r.OnLink = ImportDevice, true
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b routes.Route) int { return comparePrefix(a.Dst, b.Dst) })
+	return out
+}
+
+func (id Identity) subnets() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range []netip.Prefix{id.Net4, id.Net6} {
+		if p.IsValid() && !p.IsSingleIP() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (id Identity) sameSubnet(a netip.Addr) bool {
+	for _, p := range id.subnets() {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ExportFilter is the export policy for routes learned from peers, the
+// equivalent of Calico's calico_export_to_bgp_peers: the node passes on
+// (reflects, or re-advertises to external peers) only routes inside IP
+// pools that allow BGP export and the service ranges; everything else it
+// learned stays with it. Locally originated routes are always exported.
+type ExportFilter struct {
+	Reject []netip.Prefix // pools with disableBGPExport: nothing inside them
+	Accept []netip.Prefix // the other pools: anything inside them
+	Exact  []netip.Prefix // service ranges: exactly these
+	// KeepNextHop are the peers to which routes go with their original
+	// next hop (keepOriginalNextHop / nextHopMode Keep on eBGP sessions);
+	// SelfNextHop those that get ours (nextHopMode Self).
+	KeepNextHop, SelfNextHop []netip.Addr
+}
+
+// Filter computes the export filter.
+func Filter(in RoutingInput, sessions []Session) ExportFilter {
+	var f ExportFilter
+	for _, pl := range in.pools() {
+		if pl.exportDenied {
+			f.Reject = append(f.Reject, pl.cidr)
+		} else {
+			f.Accept = append(f.Accept, pl.cidr)
+		}
+	}
+	f.Exact = in.serviceCIDRs()
+	for _, s := range sessions {
+		switch {
+		case s.NextHopKeep:
+			f.KeepNextHop = append(f.KeepNextHop, s.Addr)
+		case s.NextHopSelf:
+			f.SelfNextHop = append(f.SelfNextHop, s.Addr)
+		}
+	}
+	for _, l := range [][]netip.Prefix{f.Reject, f.Accept, f.Exact} {
+		slices.SortFunc(l, comparePrefix)
+	}
+	return f
+}
+
+func (f ExportFilter) equal(g ExportFilter) bool {
+	return slices.Equal(f.Reject, g.Reject) && slices.Equal(f.Accept, g.Accept) && slices.Equal(f.Exact, g.Exact) &&
+		slices.Equal(f.KeepNextHop, g.KeepNextHop) && slices.Equal(f.SelfNextHop, g.SelfNextHop)
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}

@@ -1,0 +1,505 @@
+package bgp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/routeproto"
+	"github.com/projectcalico/calico-node/testbin"
+)
+
+// The fabric: every "node" is a network namespace with one veth (eth0) into
+// a shared bridge namespace, addresses from 192.0.2.0/24. Agents are the
+// real binary started with `ip netns exec`. etcd runs in the test's own
+// namespace; the agents reach it through a unix socket (a file, so visible
+// from every network namespace) rather than through a route out of their
+// namespaces, which would need addresses and routes in the host namespace.
+//
+// Everything is torn down in t.Cleanup: processes first (by PID), then the
+// namespaces, which takes their veths with them.
+
+var fabricSeq atomic.Int32
+
+func needFabric(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("network namespace test")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+}
+
+func needBIRD(t testing.TB) {
+	t.Helper()
+	for _, b := range []string{"bird", "birdc"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Fatalf("%s not found: install Debian's bird2 package (make deps)", b)
+		}
+	}
+}
+
+type fabric struct {
+	t      testing.TB
+	prefix string
+	bridge string
+	etcd   *etcdtest.Server
+	store  *datastore.Store
+	kv     *clientv3.Client
+	vethN  int
+}
+
+func newFabric(t testing.TB) *fabric {
+	t.Helper()
+	needFabric(t)
+	f := &fabric{t: t, prefix: fmt.Sprintf("bgpt%d-%d", os.Getpid()%100000, fabricSeq.Add(1))}
+	f.etcd = etcdtest.Start(t, etcdtest.WithUnixSocket())
+	f.kv = f.etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := datastore.New(ctx, datastore.Config{Endpoints: f.etcd.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f.store = store
+	f.bridge = f.newNS("br")
+	f.ip(f.bridge, "link", "add", "br0", "type", "bridge")
+	f.ip(f.bridge, "link", "set", "br0", "up")
+	return f
+}
+
+func (f *fabric) ip(ns string, args ...string) {
+	f.t.Helper()
+	if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+		f.t.Fatalf("ip -n %s %s: %v: %s", ns, strings.Join(args, " "), err, out)
+	}
+}
+
+func (f *fabric) newNS(suffix string) string {
+	f.t.Helper()
+	name := f.prefix + "-" + suffix
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		f.t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	f.t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			f.t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	f.ip(name, "link", "set", "lo", "up")
+	return name
+}
+
+// host is one namespace on the fabric.
+type host struct {
+	ns   string
+	addr netip.Addr
+	nl   *netlink.Handle
+}
+
+// host adds a namespace with eth0 = addr/24 on the bridge.
+func (f *fabric) host(suffix, addr string) *host {
+	f.t.Helper()
+	ns := f.newNS(suffix)
+	f.vethN++
+	peer := fmt.Sprintf("v%d", f.vethN)
+	f.ip(f.bridge, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	f.ip(f.bridge, "link", "set", peer, "master", "br0", "up")
+	f.ip(ns, "addr", "add", addr+"/24", "dev", "eth0")
+	f.ip(ns, "link", "set", "eth0", "up")
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	nl, err := netlink.NewHandleAt(h)
+	h.Close()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(nl.Close)
+	return &host{ns: ns, addr: netip.MustParseAddr(addr), nl: nl}
+}
+
+// routes returns this namespace's routes of protocol proto as
+// "dst via gw" / "dst blackhole" strings.
+func (h *host) routes(proto netlink.RouteProtocol) (map[string]string, error) {
+	rs, err := h.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: proto}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range rs {
+		if r.Dst == nil {
+			continue
+		}
+		switch {
+		case r.Type == syscall.RTN_BLACKHOLE:
+			out[r.Dst.String()] = "blackhole"
+		case r.Gw != nil:
+			out[r.Dst.String()] = "via " + r.Gw.String()
+		default:
+			out[r.Dst.String()] = "dev"
+		}
+	}
+	return out, nil
+}
+
+func (h *host) calicoRoutes(t testing.TB) map[string]string {
+	t.Helper()
+	rs, err := h.routes(routeproto.Calico)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// logBuffer is a goroutine-safe process log.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// proc is a process started in a namespace, stopped by its PID.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *logBuffer
+	done chan struct{}
+}
+
+func startProc(t testing.TB, name, ns string, argv ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, logs: &logBuffer{}, done: make(chan struct{})}
+	// `ip netns exec` execs the program in place: the PID is the program's.
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	p.cmd.Env = append(os.Environ(), "ETCD_ENDPOINTS=", "HOSTNAME="+name)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("--- %s log (tail):\n%s", name, tail(p.logs.String(), 60))
+		}
+	})
+	return p
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM and waits; kill escalates after a grace period.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	if !p.running() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Errorf("%s did not stop on SIGTERM", p.name)
+		p.kill()
+	}
+}
+
+func (p *proc) kill() {
+	if p.running() {
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// agent is `calico-node run` on a host.
+type agent struct {
+	f      *fabric
+	h      *host
+	node   string
+	dir    string
+	socket string
+	extra  []string
+	p      *proc
+}
+
+func (f *fabric) agent(h *host, node string, extra ...string) *agent {
+	f.t.Helper()
+	dir := f.t.TempDir()
+	a := &agent{f: f, h: h, node: node, dir: dir, socket: filepath.Join(dir, "bgp.sock"), extra: extra}
+	a.start(f.t)
+	return a
+}
+
+func (a *agent) start(t testing.TB) {
+	t.Helper()
+	args := append([]string{testbin.Path(t), "run",
+		"--etcd-endpoints=" + a.f.etcd.UnixEndpoint,
+		"--nodename=" + a.node,
+		"--ip=" + a.h.addr.String() + "/24",
+		"--no-default-pools",
+		"--data-dir=" + a.dir,
+		"--bgp-status-socket=" + a.socket,
+		"--health-addr=127.0.0.1:9099",
+		"--log-level=info",
+	}, a.extra...)
+	a.p = startProc(t, a.node, a.h.ns, args...)
+}
+
+func (a *agent) status() (*Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return QueryStatus(ctx, a.socket)
+}
+
+func (a *agent) sessions() map[string]PeerStatus {
+	out := map[string]PeerStatus{}
+	if st, err := a.status(); err == nil {
+		for _, p := range st.Peers {
+			out[p.Address] = p
+		}
+	}
+	return out
+}
+
+// waitSessions waits until the agent's sessions are exactly peers, all
+// Established.
+func (a *agent) waitSessions(t testing.TB, timeout time.Duration, peers ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		if !a.p.running() {
+			t.Fatalf("agent %s exited", a.node)
+		}
+		ss := a.sessions()
+		ok := len(ss) == len(peers)
+		var parts []string
+		for _, p := range peers {
+			s, found := ss[p]
+			if !found || s.BGPState != StateEstablished {
+				ok = false
+			}
+		}
+		for addr, s := range ss {
+			parts = append(parts, addr+"="+s.BGPState+" "+s.LastError)
+		}
+		last = strings.Join(parts, ", ")
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: sessions not established with %v within %s; have: %s", a.node, peers, timeout, last)
+}
+
+// waitRoutes waits until the host's proto-80 routes include every want
+// entry (dst -> "via x" / "blackhole") and none of the absent ones.
+func waitRoutes(t testing.TB, h *host, timeout time.Duration, want map[string]string, absent ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var got map[string]string
+	for time.Now().Before(deadline) {
+		got = h.calicoRoutes(t)
+		ok := true
+		for dst, v := range want {
+			if got[dst] != v {
+				ok = false
+			}
+		}
+		for _, dst := range absent {
+			if _, present := got[dst]; present {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: routes (proto 80) = %v; want %v without %v", h.ns, got, want, absent)
+}
+
+func (f *fabric) apply(objs ...api.Object) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, o := range objs {
+		if _, err := f.store.Apply(ctx, o); err != nil {
+			f.t.Fatalf("apply %s %s: %v", o.Type().Kind, o.Meta().Name, err)
+		}
+	}
+}
+
+func (f *fabric) applyYAML(path string) {
+	f.t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	docs, err := api.Decode(data)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, d := range docs {
+		if d.Err != nil {
+			f.t.Fatalf("%s: %v", path, d.Err)
+		}
+		f.apply(d.Object)
+	}
+}
+
+// label sets labels on a registered Node.
+func (f *fabric) label(node string, kv ...string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		obj, err := f.store.Get(ctx, "Node", "", node)
+		if err == nil {
+			n := obj.(*api.Node)
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				n.Labels[kv[i]] = kv[i+1]
+			}
+			if _, err = f.store.Update(ctx, n); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("label node %s: %v", node, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (f *fabric) put(key string, v any) { putJSON(f.t, f.kv, key, v) }
+
+func (f *fabric) del(key string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := f.kv.Delete(ctx, key); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fabric) affine(node, cidr string) {
+	f.put(affinityKey(node, cidr), map[string]any{"state": "confirmed", "deleted": false})
+}
+
+// bird is a BIRD 2 daemon in a namespace.
+type bird struct {
+	h    *host
+	sock string
+	p    *proc
+}
+
+func (f *fabric) bird(h *host, config string) *bird {
+	f.t.Helper()
+	needBIRD(f.t)
+	dir := f.t.TempDir()
+	conf := filepath.Join(dir, "bird.conf")
+	if err := os.WriteFile(conf, []byte(config), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	b := &bird{h: h, sock: filepath.Join(dir, "bird.ctl")}
+	b.p = startProc(f.t, "bird-"+h.addr.String(), h.ns, "bird", "-f", "-c", conf, "-s", b.sock)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && b.p.running() {
+		// The control socket answers once the configuration is in.
+		if out, err := exec.Command("birdc", "-s", b.sock, "show", "status").CombinedOutput(); err == nil &&
+			strings.Contains(string(out), "Daemon is up and running") && b.p.running() {
+			return b
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.t.Fatalf("bird did not start:\n%s", b.p.logs.String())
+	return nil
+}
+
+func (b *bird) ctl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("birdc", append([]string{"-s", b.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("birdc %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// waitEstablished waits until BIRD reports every named protocol up.
+func (b *bird) waitEstablished(t testing.TB, timeout time.Duration, protos ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var out string
+	for time.Now().Before(deadline) {
+		out = b.ctl(t, "show", "protocols")
+		ok := true
+		for _, p := range protos {
+			found := false
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) > 0 && f[0] == p && strings.Contains(line, "Established") {
+					found = true
+				}
+			}
+			if !found {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("BIRD sessions %v not established:\n%s", protos, out)
+}

@@ -1,0 +1,715 @@
+package bgp
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/selector"
+)
+
+// DefaultASNumber is the AS of nodes when neither the Node nor the default
+// BGPConfiguration names one (Calico's global default).
+const DefaultASNumber = 64512
+
+// DefaultPort is the BGP port when no listenPort is configured.
+const DefaultPort = 179
+
+// DefaultRestartTime is the graceful-restart time announced to a peer when
+// no maxRestartTime / nodeMeshMaxRestartTime is set (BIRD's default, which
+// Calico relies on).
+const DefaultRestartTime = 120 * time.Second
+
+// PeerType says why a session exists, with the names `calicoctl node status`
+// shows.
+type PeerType string
+
+const (
+	PeerMesh   PeerType = "node-to-node mesh"
+	PeerGlobal PeerType = "global"
+	PeerNode   PeerType = "node specific"
+)
+
+// Session is one BGP session this node should have: the equivalent of one
+// `protocol bgp` block in Calico's BIRD configuration.
+type Session struct {
+	// Name is BIRD's protocol name (Mesh_10_0_0_2, Global_..., Node_...),
+	// kept so logs and status read like Calico's.
+	Name     string
+	Type     PeerType
+	Addr     netip.Addr
+	Port     uint16 // 0: DefaultPort
+	PeerAS   uint32
+	LocalAS  uint32 // the node's AS, or the BGPPeer's localASNumber
+	Source   netip.Addr
+	Passive  bool // wait for the peer to connect
+	Password string
+	// PasswordError is set when a password is configured but could not be
+	// read; the session is still configured (without one) so that the
+	// error shows in its status, as the peer will refuse us.
+	PasswordError string
+	RestartTime   time.Duration // 0: DefaultRestartTime
+	// RRClient: this node reflects routes to the peer (it has a
+	// routeReflectorClusterID and the peer is an iBGP peer outside that
+	// cluster); ClusterID is then this node's cluster ID.
+	RRClient    bool
+	ClusterID   string
+	NextHopKeep bool // eBGP: pass on the original next hop
+	NextHopSelf bool
+	TTLSecurity uint8 // hops; 0 = off
+	// AllowLocalAS accepts routes whose AS path holds our AS this many times.
+	AllowLocalAS uint32
+	// PeerNode is the Calico node behind the address, if any.
+	PeerNode string
+}
+
+// RemotePort returns the TCP port to connect to.
+func (s Session) RemotePort() uint16 {
+	if s.Port == 0 {
+		return DefaultPort
+	}
+	return s.Port
+}
+
+// Restart returns the graceful-restart time to announce.
+func (s Session) Restart() time.Duration {
+	if s.RestartTime == 0 {
+		return DefaultRestartTime
+	}
+	return s.RestartTime
+}
+
+// Identity is this node's BGP identity.
+type Identity struct {
+	Node       string
+	IPv4, IPv6 netip.Addr   // invalid: that family is disabled
+	Net4, Net6 netip.Prefix // the node's subnets (CrossSubnet, and never imported)
+	AS         uint32
+	RouterID   netip.Addr
+	ListenPort uint16 // 0: DefaultPort
+	ClusterID  string
+	Labels     map[string]string
+	// ListenOnNodeIP is BGPConfiguration bindMode NodeIP.
+	ListenOnNodeIP bool
+}
+
+// Port returns the port to listen on.
+func (id Identity) Port() uint16 {
+	if id.ListenPort == 0 {
+		return DefaultPort
+	}
+	return id.ListenPort
+}
+
+// Secrets resolves BGP passwords (secretKeyRef) to their values.
+type Secrets interface {
+	Secret(name, key string) (string, error)
+}
+
+// Snapshot is the input of the peer computation: the datastore as seen by
+// this node.
+type Snapshot struct {
+	NodeName string
+	Nodes    map[string]*api.Node
+	Peers    map[string]*api.BGPPeer
+	// BGPConfigs by name: "default" and "node.<nodename>".
+	BGPConfigs map[string]*api.BGPConfiguration
+	Secrets    Secrets // nil: passwords cannot be resolved
+}
+
+// Desired is the computed BGP configuration of this node.
+type Desired struct {
+	// OK is false when this node has no Node resource or no BGP address:
+	// then it runs no BGP at all (Calico: "IPv4 disabled on this node").
+	OK       bool
+	Identity Identity
+	Sessions []Session // sorted by Name
+	// Problems are configuration errors worth a log line (unparsable
+	// selectors or peer IPs, two sessions to one address).
+	Problems []string
+}
+
+// nodeInfo is the BGP view of one Node, as confd's node processor turns it
+// into /calico/bgp/v1/host/<node>/... keys.
+type nodeInfo struct {
+	name       string
+	ip4, ip6   netip.Addr
+	net4, net6 netip.Prefix
+	as         uint32 // 0: use the global AS
+	clusterID  string
+	labels     map[string]string
+	hasBGP     bool
+}
+
+// peering is one entry of Calico's v1 peer keys (/global/peer_v4/<ip>,
+// /host/<node>/peer_v4/<ip>).
+type peering struct {
+	ip           netip.Addr
+	port         uint16
+	as           uint32
+	localAS      uint32
+	clusterID    string
+	password     *string
+	passwordErr  string
+	useNodeIP    bool
+	keepNextHop  bool
+	nextHopMode  string
+	restartTime  time.Duration
+	calicoNode   bool
+	peerNode     string
+	ttlSecurity  uint8
+	allowLocalAS uint32
+}
+
+type peeringKey struct {
+	ip   netip.Addr
+	port uint16
+}
+
+// Compute derives this node's BGP identity and sessions exactly as Calico's
+// confd (client.go updatePeersV1 and the bird.cfg templates, v3.31) does.
+func Compute(c Snapshot) Desired {
+	var d Desired
+	problem := func(format string, args ...any) { d.Problems = append(d.Problems, fmt.Sprintf(format, args...)) }
+
+	global := c.BGPConfigs["default"]
+	globalAS := uint32(DefaultASNumber)
+	if global != nil && global.Spec.ASNumber != nil {
+		globalAS = uint32(*global.Spec.ASNumber)
+	}
+	var globalPort uint16
+	if global != nil {
+		globalPort = global.Spec.ListenPort
+	}
+	listenPort := func(node string) uint16 {
+		if nc := c.BGPConfigs["node."+node]; nc != nil && nc.Spec.ListenPort != 0 {
+			return nc.Spec.ListenPort
+		}
+		return globalPort
+	}
+
+	nodes := map[string]*nodeInfo{}
+	names := make([]string, 0, len(c.Nodes))
+	for name, n := range c.Nodes {
+		nodes[name] = newNodeInfo(name, n)
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	nodeAS := func(n *nodeInfo) uint32 {
+		if n.as != 0 {
+			return n.as
+		}
+		return globalAS
+	}
+	nodeIPs := map[netip.Addr]string{}
+	for _, name := range names {
+		n := nodes[name]
+		for _, a := range []netip.Addr{n.ip4, n.ip6} {
+			if a.IsValid() {
+				nodeIPs[a] = name
+			}
+		}
+	}
+
+	me := nodes[c.NodeName]
+	if me == nil || !me.hasBGP || (!me.ip4.IsValid() && !me.ip6.IsValid()) {
+		return d
+	}
+	d.OK = true
+	d.Identity = Identity{
+		Node: me.name, IPv4: me.ip4, IPv6: me.ip6, Net4: me.net4, Net6: me.net6,
+		AS: nodeAS(me), ListenPort: listenPort(me.name), ClusterID: me.clusterID,
+		Labels: me.labels,
+	}
+	if global != nil && global.Spec.BindMode != nil && *global.Spec.BindMode == api.BindModeNodeIP {
+		d.Identity.ListenOnNodeIP = true
+	}
+	d.Identity.RouterID = me.ip4
+	if !me.ip4.IsValid() {
+		// The router ID must be 4 octets even for IPv6-only nodes; Calico's
+		// CALICO_ROUTER_ID=hash derives one from the node name.
+		d.Identity.RouterID = hashRouterID(me.name)
+	}
+
+	// Selector matching over all nodes, cached per selector string.
+	matchCache := map[string][]string{}
+	nodesMatching := func(sel string) []string {
+		if m, ok := matchCache[sel]; ok {
+			return m
+		}
+		s, err := selector.Parse(sel)
+		if err != nil {
+			problem("selector %q: %v", sel, err)
+			matchCache[sel] = nil
+			return nil
+		}
+		var out []string
+		for _, name := range names {
+			if s.Evaluate(nodes[name].labels) {
+				out = append(out, name)
+			}
+		}
+		matchCache[sel] = out
+		return out
+	}
+	nodesWithIPPortAndAS := func(ip string, as api.ASNumber, port uint16) []string {
+		want := globalAS
+		if as != 0 {
+			want = uint32(as)
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, name := range names {
+			n := nodes[name]
+			if n.ip4 != addr && n.ip6 != addr {
+				continue
+			}
+			if nodeAS(n) != want {
+				continue
+			}
+			if port != 0 {
+				if p := listenPort(name); p != 0 && p != port {
+					continue
+				}
+			}
+			out = append(out, name)
+		}
+		return out
+	}
+
+	secret := func(bp *api.BGPPeer) (*string, string) {
+		pw := bp.Spec.Password
+		if pw == nil || pw.SecretKeyRef == nil {
+			return nil, ""
+		}
+		if c.Secrets == nil {
+			return nil, fmt.Sprintf("password secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+		}
+		v, err := c.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+		if err != nil {
+			return nil, fmt.Sprintf("password secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
+		}
+		return &v, ""
+	}
+	// setPeerConfigFields is Calico's setPeerConfigFieldsFromV3Resource.
+	setFields := func(ps []*peering, bp *api.BGPPeer) {
+		pw, pwErr := secret(bp)
+		for _, p := range ps {
+			p.password, p.passwordErr = pw, pwErr
+			p.useNodeIP = bp.Spec.SourceAddress == "" || bp.Spec.SourceAddress == api.SourceAddressUseNodeIP
+			if bp.Spec.MaxRestartTime != nil {
+				p.restartTime = roundSeconds(bp.Spec.MaxRestartTime.Duration)
+			}
+		}
+	}
+	nextHop := func(bp *api.BGPPeer) (bool, string) {
+		if bp.Spec.NextHopMode != nil {
+			return false, string(*bp.Spec.NextHopMode)
+		}
+		return bp.Spec.KeepOriginalNextHop, ""
+	}
+	nodeAsPeers := func(name string, v4, v6 bool, bp *api.BGPPeer) []*peering {
+		n := nodes[name]
+		if n == nil {
+			return nil
+		}
+		var out []*peering
+		for _, fam := range []struct {
+			want bool
+			ip   netip.Addr
+		}{{v4, n.ip4}, {v6, n.ip6}} {
+			if !fam.want || !fam.ip.IsValid() {
+				continue
+			}
+			keep, mode := nextHop(bp)
+			p := &peering{
+				ip: fam.ip, port: listenPort(name), as: nodeAS(n), clusterID: n.clusterID,
+				keepNextHop: keep, nextHopMode: mode, peerNode: name,
+			}
+			if bp.Spec.TTLSecurity != nil {
+				p.ttlSecurity = *bp.Spec.TTLSecurity
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+
+	peerNames := make([]string, 0, len(c.Peers))
+	for name := range c.Peers {
+		peerNames = append(peerNames, name)
+	}
+	// Calico walks a map here; a sorted walk makes the rare conflicts
+	// (two BGPPeers producing the same peering) resolve the same way on
+	// every node and every run.
+	slices.Sort(peerNames)
+
+	globalPeers := map[peeringKey]*peering{}
+	nodePeers := map[peeringKey]*peering{}
+	var globalOrder, nodeOrder []peeringKey
+	emitGlobal := func(p *peering) {
+		k := peeringKey{p.ip, p.port}
+		if _, ok := globalPeers[k]; ok {
+			return
+		}
+		globalPeers[k] = p
+		globalOrder = append(globalOrder, k)
+	}
+	emitNode := func(p *peering) {
+		k := peeringKey{p.ip, p.port}
+		if _, ok := nodePeers[k]; ok {
+			return
+		}
+		if _, ok := globalPeers[k]; ok {
+			return
+		}
+		nodePeers[k] = p
+		nodeOrder = append(nodeOrder, k)
+	}
+
+	// Forward peerings: global BGPPeers first, so that node-specific ones
+	// duplicating them can be skipped.
+	for _, globalPass := range []bool{true, false} {
+		for _, name := range peerNames {
+			bp := c.Peers[name]
+			isGlobal := bp.Spec.NodeSelector == "" && bp.Spec.Node == ""
+			if globalPass != isGlobal {
+				continue
+			}
+			if !isGlobal {
+				var local []string
+				if bp.Spec.NodeSelector != "" {
+					local = nodesMatching(bp.Spec.NodeSelector)
+				} else {
+					local = []string{bp.Spec.Node}
+				}
+				if !slices.Contains(local, c.NodeName) {
+					continue
+				}
+			}
+			var ps []*peering
+			switch {
+			case bp.Spec.LocalWorkloadSelector != "":
+				// Peering with local workloads is not supported.
+				continue
+			case bp.Spec.PeerSelector != "":
+				for _, pn := range nodesMatching(bp.Spec.PeerSelector) {
+					ps = append(ps, nodeAsPeers(pn, true, true, bp)...)
+				}
+			default:
+				host, port := parseIPPort(bp.Spec.PeerIP)
+				ip, err := netip.ParseAddr(host)
+				if err != nil {
+					problem("BGPPeer %s: peerIP %q is not an IP address", name, bp.Spec.PeerIP)
+					continue
+				}
+				ip = ip.Unmap()
+				if port == 0 {
+					if ns := nodesWithIPPortAndAS(host, bp.Spec.ASNumber, 0); len(ns) > 0 {
+						port = listenPort(ns[0])
+					}
+				}
+				keep, mode := nextHop(bp)
+				p := &peering{ip: ip, port: port, as: uint32(bp.Spec.ASNumber), keepNextHop: keep, nextHopMode: mode}
+				if pn, ok := nodeIPs[ip]; ok {
+					p.calicoNode, p.peerNode = true, pn
+				}
+				if bp.Spec.LocalASNumber != nil {
+					p.localAS = uint32(*bp.Spec.LocalASNumber)
+				}
+				if bp.Spec.TTLSecurity != nil {
+					p.ttlSecurity = *bp.Spec.TTLSecurity
+				}
+				if bp.Spec.NumAllowedLocalASNumbers != nil && *bp.Spec.NumAllowedLocalASNumbers > 0 {
+					p.allowLocalAS = uint32(*bp.Spec.NumAllowedLocalASNumbers)
+				}
+				ps = append(ps, p)
+			}
+			setFields(ps, bp)
+			for _, p := range ps {
+				if globalPass {
+					emitGlobal(p)
+				} else {
+					emitNode(p)
+				}
+			}
+		}
+	}
+	// Reverse peerings: a node selected by a BGPPeer's peer side peers back
+	// with the nodes on its local side, so sessions are symmetric.
+	for _, name := range peerNames {
+		bp := c.Peers[name]
+		if bp.Spec.ReversePeering != nil && *bp.Spec.ReversePeering == api.ReversePeeringManual {
+			continue
+		}
+		if bp.Spec.LocalWorkloadSelector != "" {
+			continue
+		}
+		var local []string
+		var v4, v6 bool
+		if bp.Spec.PeerSelector != "" {
+			local = nodesMatching(bp.Spec.PeerSelector)
+			v4, v6 = true, true
+		} else {
+			host, port := parseIPPort(bp.Spec.PeerIP)
+			local = nodesWithIPPortAndAS(host, bp.Spec.ASNumber, port)
+			if strings.Contains(host, ":") {
+				v6 = true
+			} else {
+				v4 = true
+			}
+		}
+		if !slices.Contains(local, c.NodeName) {
+			continue
+		}
+		var peerNodes []string
+		switch {
+		case bp.Spec.NodeSelector != "":
+			peerNodes = nodesMatching(bp.Spec.NodeSelector)
+		case bp.Spec.Node != "":
+			peerNodes = []string{bp.Spec.Node}
+		default:
+			peerNodes = nodesMatching("all()")
+		}
+		var ps []*peering
+		for _, pn := range peerNodes {
+			ps = append(ps, nodeAsPeers(pn, v4, v6, bp)...)
+		}
+		setFields(ps, bp)
+		for _, p := range ps {
+			emitNode(p)
+		}
+	}
+
+	// Render, in the order of the BIRD template: mesh, global, node-specific.
+	byAddr := map[netip.Addr]string{}
+	add := func(s Session) {
+		if prev, ok := byAddr[s.Addr]; ok {
+			problem("%s: a session to %s already exists (%s); ignored", s.Name, s.Addr, prev)
+			return
+		}
+		byAddr[s.Addr] = s.Name
+		d.Sessions = append(d.Sessions, s)
+	}
+	var meshPassword string
+	var meshPasswordErr string
+	var meshRestart time.Duration
+	if global != nil {
+		if global.Spec.NodeMeshMaxRestartTime != nil {
+			meshRestart = roundSeconds(global.Spec.NodeMeshMaxRestartTime.Duration)
+		}
+		if pw := global.Spec.NodeMeshPassword; pw != nil && pw.SecretKeyRef != nil {
+			if c.Secrets == nil {
+				meshPasswordErr = fmt.Sprintf("nodeMeshPassword secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+			} else if v, err := c.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key); err != nil {
+				meshPasswordErr = fmt.Sprintf("nodeMeshPassword secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
+			} else {
+				meshPassword = v
+			}
+		}
+	}
+	meshEnabled := global == nil || global.Spec.NodeToNodeMeshEnabled == nil || *global.Spec.NodeToNodeMeshEnabled
+
+	for _, fam := range []struct {
+		myIP netip.Addr
+		is4  bool
+	}{{me.ip4, true}, {me.ip6, false}} {
+		if !fam.myIP.IsValid() {
+			continue
+		}
+		familyIP := func(n *nodeInfo) netip.Addr {
+			if fam.is4 {
+				return n.ip4
+			}
+			return n.ip6
+		}
+		// A route reflector ignores the mesh setting: it only has the
+		// sessions BGPPeers give it.
+		if me.clusterID == "" && meshEnabled {
+			for _, name := range names {
+				n := nodes[name]
+				ip := familyIP(n)
+				if !ip.IsValid() || ip == fam.myIP || n.clusterID != "" {
+					continue
+				}
+				add(Session{
+					Name: "Mesh_" + protoID(ip, 0), Type: PeerMesh, Addr: ip, Port: listenPort(name),
+					PeerAS: nodeAS(n), LocalAS: d.Identity.AS, Source: fam.myIP,
+					// Calico makes the mesh one-directional (a node waits for
+					// peers with a higher address to connect) so that a
+					// restarting node is not raced by its peer's connection;
+					// the comparison is on the address strings, as in the
+					// template, so mixed clusters agree on who connects.
+					Passive:       ip.String() > fam.myIP.String(),
+					Password:      meshPassword,
+					PasswordError: meshPasswordErr,
+					RestartTime:   meshRestart,
+					PeerNode:      name,
+				})
+			}
+		}
+		render := func(p *peering, typ PeerType, prefix string) {
+			if p.ip.Is4() != fam.is4 || p.ip == fam.myIP {
+				return
+			}
+			localAS := d.Identity.AS
+			if p.localAS != 0 {
+				localAS = p.localAS
+			}
+			s := Session{
+				Name: prefix + "_" + protoID(p.ip, p.port), Type: typ, Addr: p.ip, Port: p.port,
+				PeerAS: p.as, LocalAS: localAS, RestartTime: p.restartTime,
+				TTLSecurity: p.ttlSecurity, AllowLocalAS: p.allowLocalAS, PeerNode: p.peerNode,
+				PasswordError: p.passwordErr,
+			}
+			if p.useNodeIP {
+				s.Source = fam.myIP
+			}
+			if typ == PeerGlobal && p.calicoNode && p.ip.String() > fam.myIP.String() {
+				s.Passive = true
+			}
+			if p.as == localAS && me.clusterID != "" && p.clusterID != me.clusterID {
+				s.RRClient, s.ClusterID = true, me.clusterID
+			}
+			if p.password != nil {
+				s.Password = *p.password
+			}
+			if p.as != localAS && p.keepNextHop {
+				s.NextHopKeep = true
+			}
+			switch p.nextHopMode {
+			case string(api.NextHopModeSelf):
+				s.NextHopSelf = true
+			case string(api.NextHopModeKeep):
+				s.NextHopKeep = true
+			}
+			add(s)
+		}
+		for _, k := range globalOrder {
+			render(globalPeers[k], PeerGlobal, "Global")
+		}
+		for _, k := range nodeOrder {
+			render(nodePeers[k], PeerNode, "Node")
+		}
+	}
+	slices.SortFunc(d.Sessions, func(a, b Session) int { return strings.Compare(a.Name, b.Name) })
+	return d
+}
+
+func newNodeInfo(name string, n *api.Node) *nodeInfo {
+	ni := &nodeInfo{name: name, labels: n.Labels}
+	b := n.Spec.BGP
+	if b == nil {
+		return ni
+	}
+	ni.hasBGP = true
+	ni.ip4, ni.net4 = parseNodeAddr(b.IPv4Address, true)
+	ni.ip6, ni.net6 = parseNodeAddr(b.IPv6Address, false)
+	if b.ASNumber != nil {
+		ni.as = uint32(*b.ASNumber)
+	}
+	ni.clusterID = b.RouteReflectorClusterID
+	return ni
+}
+
+// parseNodeAddr reads "10.0.0.5/24" (or a bare address) into the address
+// and its subnet.
+func parseNodeAddr(s string, want4 bool) (netip.Addr, netip.Prefix) {
+	if s == "" {
+		return netip.Addr{}, netip.Prefix{}
+	}
+	var a netip.Addr
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		pp, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Addr{}, netip.Prefix{}
+		}
+		a, p = pp.Addr().Unmap(), netip.PrefixFrom(pp.Addr().Unmap(), pp.Bits()).Masked()
+	} else {
+		aa, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, netip.Prefix{}
+		}
+		a = aa.Unmap()
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if a.Is4() != want4 {
+		return netip.Addr{}, netip.Prefix{}
+	}
+	return a, p
+}
+
+// parseIPPort splits "ip", "ip:port" and "[ipv6]:port".
+func parseIPPort(s string) (string, uint16) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s, 0
+	}
+	p, err := strconv.ParseUint(port, 0, 16)
+	if err != nil {
+		return s, 0
+	}
+	return host, uint16(p)
+}
+
+// protoID is the address part of BIRD's protocol names: dots (or colons)
+// become underscores, and a non-default port is appended.
+func protoID(ip netip.Addr, port uint16) string {
+	sep := "."
+	if ip.Is6() {
+		sep = ":"
+	}
+	id := strings.ReplaceAll(ip.String(), sep, "_")
+	if port != 0 {
+		id += "_port_" + strconv.Itoa(int(port))
+	}
+	return id
+}
+
+func roundSeconds(d time.Duration) time.Duration {
+	return time.Duration(math.Round(d.Seconds())) * time.Second
+}
+
+// hashRouterID derives a router ID from the node name the way Calico's
+// CALICO_ROUTER_ID=hash does: the first four bytes of SHA-256, moved out of
+// the multicast/reserved range.
+func hashRouterID(node string) netip.Addr {
+	h := sha256.Sum256([]byte(node))
+	b := [4]byte{h[0], h[1], h[2], h[3]}
+	if b[0] > 223 {
+		b[0] -= 32
+	}
+	return netip.AddrFrom4(b)
+}
+
+// SecretsDir reads BGP passwords from files <dir>/<secret name>/<key>: the
+// layout a Kubernetes Secret mounted as a volume has. Calico reads the
+// Secret through the Kubernetes API; with an etcd datastore and no API
+// server, a mounted (or hand-made) directory is what is there.
+type SecretsDir string
+
+// Secret returns the content of the file, exactly.
+func (d SecretsDir) Secret(name, key string) (string, error) {
+	for _, part := range []string{name, key} {
+		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, `/\`) {
+			return "", fmt.Errorf("invalid secret reference %q/%q", name, key)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(string(d), name, key))
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return string(b), nil
+}
