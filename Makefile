@@ -13,7 +13,7 @@ TESTFLAGS ?=
 # Run-time flags for `make run`; override e.g. RUN_ARGS="--etcd-endpoints=http://127.0.0.1:2379".
 RUN_ARGS ?=
 
-.PHONY: all build test unit deps run fuzz bench-confwatch clean
+.PHONY: all build test unit deps kube-bins run fuzz bench-confwatch bench-bgp bench-cni clean
 
 all: build
 
@@ -26,9 +26,16 @@ build:
 deps:
 	./scripts/deps.sh
 
+# kube-apiserver, kube-controller-manager and kubectl for the tests that
+# need a real control plane (package kubetest), built from the Go module
+# proxy once into ~/.cache/calico-node/kube-bin (CALICO_KUBE_BIN_DIR);
+# several minutes cold, nothing when cached. CALICO_KUBE_TESTS=skip skips.
+kube-bins:
+	$(GO) run ./kubetest/kubebins
+
 # Tests share the one binary built here (CALICO_NODE_BIN) instead of each
 # package building its own.
-test: deps build
+test: deps build kube-bins
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -timeout 20m $(TESTFLAGS) ./...
 
 # Pure packages only: no root, no etcd.
@@ -41,6 +48,17 @@ fuzz:
 
 bench-confwatch: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkConfwatch -benchtime 1x -timeout 30m ./confwatch/
+
+# BGP: block-to-route latency between two agents, and 10,000 routes from a
+# BIRD peer into the kernel, calico-node next to BIRD (root: namespaces).
+bench-bgp: deps build
+	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkBGP -benchtime 1x -timeout 30m ./bgp/
+
+# CNI ADD/DEL latency of calico+calico-ipam (real etcd) against the
+# reference ptp+host-local; figures go to docs/benchmarks.md. CNI_BENCH_N
+# sets the pods per run (default 200).
+bench-cni: deps build
+	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkCNI -benchtime 1x -timeout 30m ./cni/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

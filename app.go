@@ -17,6 +17,7 @@ func newApp() *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			runCommand(),
+			ctl.StatusCommand(),
 			{
 				Name:            "ctl",
 				Usage:           "calicoctl: manage Calico resources (same as running this binary as `calicoctl`)",

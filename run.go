@@ -1,3 +1,9 @@
+// Plain TCP for every listener: since Go 1.24 net.Listen makes MPTCP
+// sockets where the kernel has them, and those refuse TCP_MD5SIG and IP_TTL,
+// so BGP passwords and TTL security on gobgp's listener would silently not
+// apply.
+//go:debug multipathtcp=0
+
 package main
 
 import (
@@ -19,12 +25,15 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/vishvananda/netlink"
 
+	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/autodetect"
+	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/buildinfo"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/embedetcd"
 	"github.com/projectcalico/calico-node/health"
+	"github.com/projectcalico/calico-node/routes"
 	"github.com/projectcalico/calico-node/startup"
 )
 
@@ -38,6 +47,16 @@ type runConfig struct {
 	logLevel      slog.Level
 	node          startup.Config
 	startupBudget time.Duration
+	bgp           bgpConfig
+	kube          kubeConfig // run_k8s.go
+}
+
+// bgpConfig is the BGP speaker's part of runConfig.
+type bgpConfig struct {
+	enabled      bool   // CALICO_NETWORKING_BACKEND=bird
+	statusSocket string // where `node status` asks
+	listenPort   int    // 0: BGPConfiguration's listenPort
+	secretsDir   string // BGP passwords: <dir>/<secret>/<key>
 }
 
 func runCommand() *cli.Command {
@@ -45,7 +64,7 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
 			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
 			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
@@ -76,7 +95,11 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
 			&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
 			&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
-		},
+			&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
+			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
+			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
+			&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
+		}, kubeFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := runConfigFrom(c, os.Getenv)
 			if err != nil {
@@ -157,6 +180,22 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		ClusterType:    c.String("cluster-type"),
 		Version:        buildinfo.Version,
 		NodenameFile:   filepath.Join(cfg.dataDir, "nodename"),
+	}
+	switch backend := strings.ToLower(c.String("networking-backend")); backend {
+	case "bird", "":
+		cfg.bgp.enabled = true
+	case "vxlan", "none":
+	default:
+		return cfg, fmt.Errorf("CALICO_NETWORKING_BACKEND=%q: want bird, vxlan or none", backend)
+	}
+	cfg.bgp.statusSocket = c.String("bgp-status-socket")
+	cfg.bgp.listenPort = c.Int("bgp-listen-port")
+	if p := cfg.bgp.listenPort; p < 0 || p > 65535 {
+		return cfg, fmt.Errorf("bgp-listen-port %d: not a port", p)
+	}
+	cfg.bgp.secretsDir = c.String("bgp-secrets-dir")
+	if err := kubeConfigInto(c, getenv, os.Environ(), &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -288,17 +327,15 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 			return nil
 		}, func(error) { cancel() })
 	}
-	// confwatch: the typed cache every later actor subscribes to.
+	// confwatch: the typed cache every later actor subscribes to. It is
+	// built before the group (reading the datastore through the future) so
+	// that the other actors can subscribe before it runs.
+	w := confwatch.New(futureSource{future}, logger, reg)
 	{
 		rep := agg.Register("confwatch", true, true, 0)
 		rep.Report(true, false, "waiting for datastore")
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			w := confwatch.New(store, logger, reg)
 			go func() {
 				select {
 				case <-w.Synced():
@@ -306,12 +343,90 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 				case <-ctx.Done():
 				}
 			}()
-			err = w.Run(ctx)
+			err := w.Run(ctx)
 			logger.Info("confwatch stopped")
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}, func(error) { cancel() })
 	}
+	// Kernel routes: the one owner of proto-80 routes. Producers (BGP,
+	// workloads, overlays) publish into it; it touches the kernel only
+	// after confwatch is in sync, and only runs when a producer does: a
+	// table nobody feeds would delete every proto-80 route it finds.
+	// A handle with its own socket: the zero netlink.Handle opens and closes
+	// a socket per request, which dominates installing thousands of routes.
+	nlh, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer nlh.Close()
+	routeTable := routes.New(nlh, 90*time.Second, logger)
+	if cfg.bgp.enabled {
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			select {
+			case <-w.Synced():
+			case <-ctx.Done():
+				return nil
+			}
+			err := routeTable.Run(ctx)
+			logger.Info("route table stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// BGP: the speaker that replaces BIRD and confd (sessions, export of
+	// this node's blocks, learned routes into routeTable).
+	if cfg.bgp.enabled {
+		sub := w.Subscribe(bgp.Kinds()...)
+		rep := agg.Register("bgp", true, true, 0)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			store, err := future.wait(ctx)
+			if err != nil {
+				return nil
+			}
+			a := bgp.New(bgp.Config{
+				NodeName:     cfg.node.NodeName,
+				StatusSocket: cfg.bgp.statusSocket,
+				ListenPort:   cfg.bgp.listenPort,
+				Secrets:      bgp.SecretsDir(cfg.bgp.secretsDir),
+				Logger:       logger,
+				Registerer:   reg,
+			}, sub, store.Etcd(), routeTable, rep)
+			err = a.Run(ctx)
+			logger.Info("bgp stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// install-cni and the leader-elected kube-controllers (run_k8s.go).
+	if err := addKubeActors(&g, parent, cfg, future, reg, logger); err != nil {
+		return err
+	}
 	return g.Run()
+}
+
+// futureSource is the datastore as confwatch reads it, once the startup
+// actor has connected: its calls wait for the future.
+type futureSource struct{ f *datastoreFuture }
+
+func (s futureSource) List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error) {
+	store, err := s.f.wait(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return store.List(ctx, kind, namespace)
+}
+
+func (s futureSource) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
+	store, err := s.f.wait(ctx)
+	if err != nil {
+		ch := make(chan datastore.Event)
+		close(ch)
+		return ch
+	}
+	return store.Watch(ctx, kind, fromRevision)
 }
 
 // connect retries until the datastore answers: at start-up etcd may still

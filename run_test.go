@@ -31,19 +31,22 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// agent is one `calico-node run` process started by a test.
-type agent struct {
+// nodeProc is one `calico-node run` process started by a test.
+type nodeProc struct {
 	cmd    *exec.Cmd
 	health string
 	logs   *bytes.Buffer
 	done   chan error
 }
 
-func startAgent(t *testing.T, args []string, env ...string) *agent {
+func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	t.Helper()
-	a := &agent{health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	a := &nodeProc{health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	a.cmd = exec.Command(testbin.Path(t), append([]string{"run", "--health-addr", a.health}, args...)...)
-	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	// These agents share the test's own network namespace and addresses
+	// that are not there: no BGP speaker (it would listen on the host's
+	// port 179 and dial those addresses). BGP has its own tests in bgp/.
+	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none"}, env...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -61,7 +64,7 @@ func startAgent(t *testing.T, args []string, env ...string) *agent {
 	return a
 }
 
-func (a *agent) waitReady(t *testing.T) {
+func (a *nodeProc) waitReady(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -84,7 +87,7 @@ func (a *agent) waitReady(t *testing.T) {
 	t.Fatalf("agent not ready after 30s\n%s", a.logs)
 }
 
-func (a *agent) stop(t *testing.T) error {
+func (a *nodeProc) stop(t *testing.T) error {
 	t.Helper()
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -182,7 +185,7 @@ func TestRunEmbedded(t *testing.T) {
 func TestRunExternalEtcd(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	eps := "ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints, ",")
-	var agents []*agent
+	var agents []*nodeProc
 	for i := 1; i <= 3; i++ {
 		agents = append(agents, startAgent(t, []string{"--data-dir", t.TempDir()},
 			eps, fmt.Sprintf("NODENAME=node%d", i), fmt.Sprintf("IP=198.51.100.%d", i),

@@ -33,6 +33,10 @@ type HostInterfaces func() (map[string][]netip.Addr, error)
 // Policy is the actor that keeps iptables and ipsets equal to the compiled
 // policy of this node.
 type Policy struct {
+	// Overrides are FelixConfiguration settings from the environment
+	// (FELIX_*); they outrank the datastore's, as in Felix. Set before Run.
+	Overrides *api.FelixConfigurationSpec
+
 	node    string
 	watch   Subscriber
 	v4, v6  Applier // v6 nil: IPv6 policy not programmed
@@ -190,7 +194,7 @@ func (p *Policy) Snapshot() *policy.Snapshot {
 			}
 		}
 	}
-	s.Config = policy.ConfigFromFelix(felixDefault, felixNode)
+	s.Config = policy.ConfigFromFelix(felixDefault, felixNode, p.Overrides)
 	return s
 }
 

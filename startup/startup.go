@@ -58,8 +58,11 @@ type Config struct {
 	IPv6Pool       PoolConfig // created only when CIDR is set
 	NoDefaultPools bool
 	ClusterType    string // CLUSTER_TYPE, recorded in ClusterInformation
-	Version        string
-	NodenameFile   string // e.g. /var/lib/calico/nodename; "" = don't write
+	// K8sNodeRef is the node's Kubernetes name (CALICO_K8S_NODE_REF),
+	// recorded as the Node's "k8s" orchRef; "" leaves orchRefs alone.
+	K8sNodeRef   string
+	Version      string
+	NodenameFile string // e.g. /var/lib/calico/nodename; "" = don't write
 }
 
 // Store is the part of the datastore startup needs.
@@ -132,6 +135,10 @@ func registerNode(ctx context.Context, store Store, src autodetect.Source, cfg C
 		}
 		if err := configureAddresses(node, src, cfg, log); err != nil {
 			return nil, err
+		}
+		if cfg.K8sNodeRef != "" {
+			// As Calico does: the reference replaces any others.
+			node.Spec.OrchRefs = []api.OrchRef{{NodeName: cfg.K8sNodeRef, Orchestrator: api.OrchestratorKubernetes}}
 		}
 		if err := checkConflicts(ctx, store, node); err != nil {
 			return nil, err

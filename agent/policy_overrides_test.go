@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/confwatch"
+)
+
+// TestPolicyOverrides: FELIX_* settings outrank both FelixConfigurations
+// in the datastore; fields they leave unset still come from there.
+func TestPolicyOverrides(t *testing.T) {
+	p := NewPolicy("n1", nil, nil, nil, nil, time.Minute, nil, slog.New(slog.DiscardHandler))
+	felix := func(name string, spec api.FelixConfigurationSpec) confwatch.Update {
+		fc := &api.FelixConfiguration{Spec: spec}
+		fc.Kind, fc.Name = "FelixConfiguration", name
+		return confwatch.Update{Type: confwatch.Set, Key: confwatch.Key{Kind: "FelixConfiguration", Name: name}, Object: fc}
+	}
+	p.apply([]confwatch.Update{
+		felix("default", api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Drop", IptablesFilterDenyAction: "Reject"}),
+		felix("node.n1", api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"}),
+	})
+	if got := p.Snapshot().Config.EndpointToHostAction; got != "RETURN" {
+		t.Fatalf("without overrides: endpoint-to-host = %q, want the node's RETURN", got)
+	}
+	off := false
+	p.Overrides = &api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Accept", IPv6Support: &off}
+	cfg := p.Snapshot().Config
+	if cfg.EndpointToHostAction != "ACCEPT" || cfg.IPv6 {
+		t.Errorf("with overrides: endpoint-to-host %q, IPv6 %v; want ACCEPT, false", cfg.EndpointToHostAction, cfg.IPv6)
+	}
+	if cfg.DenyAction != "REJECT" {
+		t.Errorf("deny action = %q, want the datastore's REJECT", cfg.DenyAction)
+	}
+}

@@ -1,0 +1,458 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/ipam"
+)
+
+// Controller names, as ENABLED_CONTROLLERS spells them.
+const (
+	Namespace        = "namespace"
+	ServiceAccount   = "serviceaccount"
+	WorkloadEndpoint = "workloadendpoint"
+	Policy           = "policy"
+	Node             = "node"
+	IPAMGC           = "ipamgc"
+)
+
+// All is every controller, in the order they start.
+var All = []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy, Node, IPAMGC}
+
+// aliases are other spellings Calico's ENABLED_CONTROLLERS accepts.
+var aliases = map[string]string{"profile": Namespace, "pod": WorkloadEndpoint}
+
+// ParseEnabled reads a comma-separated controller list ("" = none).
+func ParseEnabled(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "" {
+			continue
+		}
+		if a, ok := aliases[name]; ok {
+			name = a
+		}
+		if !slices.Contains(All, name) {
+			return nil, fmt.Errorf("unknown controller %q (known: %s)", name, strings.Join(All, ", "))
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// Defaults.
+const (
+	DefaultLeaseNamespace = "kube-system"
+	DefaultLeaseName      = "calico-kube-controllers"
+	DefaultLeaseDuration  = 15 * time.Second
+	DefaultRenewDeadline  = 10 * time.Second
+	DefaultRetryPeriod    = 2 * time.Second
+	// DefaultResync is Calico's reconcilerPeriod.
+	DefaultResync = 5 * time.Minute
+	// DefaultNodeCleanupRetry is how soon a deleted node whose pods are
+	// still in the API is looked at again.
+	DefaultNodeCleanupRetry = 30 * time.Second
+	// maxRetries bounds the backoff retries of one key; the next full
+	// reconcile tries again.
+	maxRetries = 10
+)
+
+// Config configures the controllers.
+type Config struct {
+	// Enabled names the controllers to run (see ParseEnabled).
+	Enabled []string
+	// LeaseNamespace/LeaseName locate the coordination.k8s.io Lease;
+	// Identity is this instance's name in it (default: hostname).
+	LeaseNamespace, LeaseName, Identity       string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Resync is the informers' resync period and the period of the full
+	// reconcile against the datastore.
+	Resync time.Duration
+	// GCInterval is how often IPAM GC looks for leaks; 0 = half the leak
+	// grace period, within [1s, 5m].
+	GCInterval time.Duration
+	// NodeCleanupRetry: see DefaultNodeCleanupRetry.
+	NodeCleanupRetry time.Duration
+	Logger           *slog.Logger
+	// Registerer receives the controllers' metrics; nil = none.
+	Registerer prometheus.Registerer
+}
+
+// Store is the Calico datastore as the controllers use it;
+// *datastore.Store implements it.
+type Store interface {
+	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
+	List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error)
+	Create(ctx context.Context, obj api.Object) (api.Object, error)
+	Update(ctx context.Context, obj api.Object) (api.Object, error)
+	Delete(ctx context.Context, kind, namespace, name, resourceVersion string) (api.Object, error)
+	Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event
+}
+
+// IPAM is the part of *ipam.Client the node and ipamgc controllers use.
+type IPAM interface {
+	Check(ctx context.Context, liveNodes ...string) (*ipam.CheckReport, error)
+	Release(ctx context.Context, opts ...ipam.ReleaseOptions) ([]netip.Addr, error)
+	ReleaseHostAffinities(ctx context.Context, node string, mustBeEmpty bool) ([]netip.Prefix, error)
+}
+
+// Controllers is the leader-elected controllers actor.
+type Controllers struct {
+	cfg     Config
+	kube    kubernetes.Interface
+	store   Store
+	ipam    IPAM
+	log     *slog.Logger
+	metrics *metrics
+}
+
+type metrics struct {
+	leader       prometheus.Gauge
+	gcCandidates prometheus.Gauge
+	gcReclaimed  prometheus.Counter
+	nodesRemoved prometheus.Counter
+	syncFailures *prometheus.CounterVec
+}
+
+// New checks cfg and builds the actor.
+func New(cfg Config, kube kubernetes.Interface, store Store, ipamc IPAM) (*Controllers, error) {
+	for _, n := range cfg.Enabled {
+		if !slices.Contains(All, n) {
+			return nil, fmt.Errorf("unknown controller %q", n)
+		}
+	}
+	if cfg.LeaseNamespace == "" {
+		cfg.LeaseNamespace = DefaultLeaseNamespace
+	}
+	if cfg.LeaseName == "" {
+		cfg.LeaseName = DefaultLeaseName
+	}
+	if cfg.Identity == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("leader election identity: %w", err)
+		}
+		cfg.Identity = h
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.RenewDeadline == 0 {
+		cfg.RenewDeadline = DefaultRenewDeadline
+	}
+	if cfg.RetryPeriod == 0 {
+		cfg.RetryPeriod = DefaultRetryPeriod
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.NodeCleanupRetry == 0 {
+		cfg.NodeCleanupRetry = DefaultNodeCleanupRetry
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &metrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_kube_controllers_leader", Help: "1 while this instance holds the controllers' lease."}),
+		gcCandidates: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipam_allocations_gc_candidates",
+			Help: "IP allocations that look leaked and wait for the grace period."}),
+		gcReclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipam_allocations_gc_reclamations",
+			Help: "Leaked IP allocations released by the garbage collector."}),
+		nodesRemoved: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_kube_controllers_nodes_removed_total",
+			Help: "Calico nodes removed because their Kubernetes node was deleted."}),
+		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calico_kube_controllers_sync_failures_total",
+			Help: "Failed attempts to sync one object, per controller."}, []string{"controller"}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(m.leader, m.gcCandidates, m.gcReclaimed, m.nodesRemoved, m.syncFailures)
+	}
+	return &Controllers{cfg: cfg, kube: kube, store: store, ipam: ipamc,
+		log: cfg.Logger.With("component", "kube-controllers"), metrics: m}, nil
+}
+
+// Run takes part in leader election until ctx ends, running the enabled
+// controllers whenever this instance leads.
+func (c *Controllers) Run(ctx context.Context) error {
+	if len(c.cfg.Enabled) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	c.log.Info("kube-controllers standing for election", "controllers", c.cfg.Enabled,
+		"lease", c.cfg.LeaseNamespace+"/"+c.cfg.LeaseName, "identity", c.cfg.Identity)
+	for {
+		if err := c.term(ctx); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("lost the controllers' lease; standing by")
+	}
+}
+
+// term is one attempt at leading: it returns when ctx ends or the lease is
+// lost, after the controllers have stopped and the lease is released.
+func (c *Controllers) term(ctx context.Context) error {
+	// The elector's context is cancelled only after the controllers have
+	// stopped, so the lease is never released while they still write.
+	electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElector()
+	leading, finished := make(chan struct{}), make(chan struct{})
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.LeaseNamespace, Name: c.cfg.LeaseName},
+		Client:     c.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            c.cfg.LeaseName,
+		LeaseDuration:   c.cfg.LeaseDuration,
+		RenewDeadline:   c.cfg.RenewDeadline,
+		RetryPeriod:     c.cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				close(leading)
+				defer close(finished)
+				runCtx, cancel := context.WithCancel(lctx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				c.metrics.leader.Set(1)
+				defer c.metrics.leader.Set(0)
+				c.log.Info("acquired the controllers' lease; starting controllers")
+				c.lead(runCtx)
+				c.log.Info("controllers stopped")
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(id string) {
+				if id != c.cfg.Identity {
+					c.log.Info("controllers are led by another instance", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	electorDone := make(chan struct{})
+	go func() {
+		le.Run(electorCtx)
+		close(electorDone)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-electorDone:
+	}
+	waitLead := func() {
+		select {
+		case <-leading:
+			<-finished
+		default:
+		}
+	}
+	waitLead()
+	cancelElector()
+	<-electorDone
+	waitLead()
+	return nil
+}
+
+// runner is one controller of a leadership term.
+type runner interface {
+	run(ctx context.Context)
+}
+
+// lead runs the enabled controllers until ctx ends.
+func (c *Controllers) lead(ctx context.Context) {
+	factory := informers.NewSharedInformerFactory(c.kube, c.cfg.Resync)
+	var runners []runner
+	for _, name := range c.cfg.Enabled {
+		log := c.log.With("controller", name)
+		var r runner
+		var err error
+		switch name {
+		case Namespace:
+			r, err = newNamespaceController(c, factory, log)
+		case ServiceAccount:
+			r, err = newServiceAccountController(c, factory, log)
+		case WorkloadEndpoint:
+			r, err = newWorkloadEndpointController(c, factory, log)
+		case Policy:
+			r, err = newPolicyController(c, factory, log)
+		case Node:
+			r, err = newNodeController(c, factory, log)
+		case IPAMGC:
+			r, err = newIPAMGC(c, factory, log)
+		}
+		if err != nil {
+			c.log.Error("cannot start controller", "controller", name, "err", err)
+			continue
+		}
+		runners = append(runners, r)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() == nil {
+				c.log.Error("informer cache did not sync", "type", typ.String())
+			}
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Go(func() { r.run(ctx) })
+	}
+	wg.Wait()
+}
+
+// queue is the work queue of one controller with its worker and full
+// reconcile loop.
+type queue struct {
+	name   string
+	q      workqueue.TypedRateLimitingInterface[string]
+	sync   func(ctx context.Context, key string) error
+	keys   func(ctx context.Context) ([]string, error)
+	resync time.Duration
+	log    *slog.Logger
+	fails  prometheus.Counter
+}
+
+// retryAfter asks for a key to be looked at again after d, without
+// counting as a failure (e.g. a deleted node whose pods are still there).
+type retryAfter time.Duration
+
+func (r retryAfter) Error() string { return fmt.Sprintf("retry after %s", time.Duration(r)) }
+
+func (c *Controllers) newQueue(name string, log *slog.Logger, sync func(context.Context, string) error, keys func(context.Context) ([]string, error)) *queue {
+	return &queue{
+		name: name,
+		q: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		sync:   sync,
+		keys:   keys,
+		resync: c.cfg.Resync,
+		log:    log,
+		fails:  c.metrics.syncFailures.WithLabelValues(name),
+	}
+}
+
+func (q *queue) add(key string) { q.q.Add(key) }
+
+// handler enqueues the namespace/name key of every event.
+func (q *queue) handler() cache.ResourceEventHandler {
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			q.add(key)
+		}
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		// The initial list is covered by the full reconcile.
+		AddFunc: func(obj any, initial bool) {
+			if !initial {
+				enqueue(obj)
+			}
+		},
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: enqueue,
+	}
+}
+
+// run reconciles everything, then processes the queue, reconciling
+// everything again every resync period.
+func (q *queue) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for q.next(ctx) {
+		}
+	})
+	defer func() {
+		q.q.ShutDown()
+		wg.Wait()
+	}()
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		keys, err := q.keys(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// Retry soon: the datastore may be coming up.
+			wait = min(max(2*wait, time.Second), q.resync)
+			q.log.Warn("full reconcile failed, will retry", "err", err, "in", wait)
+			continue
+		}
+		for _, k := range keys {
+			q.add(k)
+		}
+		wait = q.resync
+	}
+}
+
+// next processes one key; false once the queue is shut down.
+func (q *queue) next(ctx context.Context) bool {
+	key, quit := q.q.Get()
+	if quit {
+		return false
+	}
+	defer q.q.Done(key)
+	err := q.sync(ctx, key)
+	var after retryAfter
+	switch {
+	case err == nil:
+		q.q.Forget(key)
+	case errors.As(err, &after):
+		q.q.Forget(key)
+		q.q.AddAfter(key, time.Duration(after))
+	case ctx.Err() != nil:
+		q.q.Forget(key)
+	case q.q.NumRequeues(key) < maxRetries:
+		q.fails.Inc()
+		q.log.Warn("sync failed, will retry", "key", key, "err", err)
+		q.q.AddRateLimited(key)
+	default:
+		q.fails.Inc()
+		q.log.Error("sync failed repeatedly; leaving it to the next full reconcile", "key", key, "err", err)
+		q.q.Forget(key)
+	}
+	return true
+}
+
+// splitKey splits "namespace/name".
+func splitKey(key string) (namespace, name string) {
+	ns, n, ok := strings.Cut(key, "/")
+	if !ok {
+		return "", key
+	}
+	return ns, n
+}

@@ -1,0 +1,62 @@
+// Package controllers is calico-node's version of calico-kube-controllers:
+// it keeps the Calico datastore in step with the Kubernetes API. It runs as
+// one actor of `calico-node run` (enabled with --controllers or
+// ENABLED_CONTROLLERS), on every node, and acts only while it holds a
+// leader-election Lease, so exactly one instance works cluster-wide.
+//
+// # Controllers (Calico's, on its etcd datastore)
+//
+//   - namespace: each Namespace is the Profile kns.<ns>: allow-all ingress
+//     and egress rules, labelsToApply pcns.<label> for every namespace
+//     label plus pcns.projectcalico.org/name=<ns>. Deleted with it.
+//   - serviceaccount: each ServiceAccount is the Profile ksa.<ns>.<sa> with
+//     labelsToApply pcsa.<label> and pcsa.projectcalico.org/name=<sa>.
+//   - workloadendpoint: a Pod's labels (plus projectcalico.org/namespace,
+//     /orchestrator and /serviceaccount) and service account are copied
+//     onto the WorkloadEndpoints the CNI plugin made for it. Endpoints are
+//     created and deleted by the plugin, never here.
+//   - policy: each networking.k8s.io/v1 NetworkPolicy is the Calico
+//     NetworkPolicy knp.default.<name> in its namespace (k8spolicy.Convert).
+//   - node: Kubernetes node labels are copied onto the Calico Node whose
+//     spec.orchRefs names it (tracked in the annotation
+//     projectcalico.org/kube-labels, so labels set with calicoctl stay); when
+//     the Kubernetes Node is gone and no Pod bound to it remains, the Calico
+//     Node is removed the way Calico removes one: its workload endpoints,
+//     their addresses and its tunnel addresses are released, its block
+//     affinities given up, its BGPPeers, HostEndpoints and node.<name>
+//     Felix/BGP configurations deleted, then the Node itself. Calico Nodes
+//     without a Kubernetes orchRef (CALICO_K8S_NODE_REF) are left alone.
+//   - ipamgc: an allocation is a leak candidate when it names a pod
+//     (namespace and pod attributes) that no longer exists in the API (or
+//     now runs on another node) and no WorkloadEndpoint or Node uses the
+//     address; a tunnel address is one when its node is gone. A candidate
+//     that stays one for the grace period (KubeControllersConfiguration
+//     spec.controllers.node.leakGracePeriod, default 15m, 0 disables GC)
+//     is re-checked against the API once more and released, conditional on
+//     its handle and sequence number, and only if every address of its
+//     handle is a confirmed leak. Allocations without pod attributes are
+//     never released. Each release is logged with the pod it belonged to.
+//
+// # Design
+//
+// Run loops over leadership terms. While leading, one term builds shared
+// informers (with a resync period) for what the enabled controllers
+// watch, waits for their caches, makes one full reconcile (every key known
+// to Kubernetes or to Calico is compared), repeats it every Resync, and
+// feeds informer events into one rate-limited work queue per controller
+// (the node controller also watches Calico Nodes, so a node registering
+// after its Kubernetes node gets its labels at once).
+// A sync reads the Kubernetes object from the informer cache and the
+// Calico resource from etcd, and creates, updates (compare-and-swap on the
+// resource version) or deletes to make them agree; a failure is retried
+// with exponential backoff and, after maxRetries, left to the next full
+// reconcile. When the lease is lost the term's context ends, workers drain
+// and stop, and the instance stands by for the lease again; on shutdown
+// the controllers stop before the lease is released, so two leaders never
+// write at once.
+//
+// # Thread safety
+//
+// Run is called once. Each controller's state is owned by its goroutines
+// and guarded where a worker and the reconcile loop share it.
+package controllers

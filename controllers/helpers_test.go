@@ -1,0 +1,275 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/kubetest"
+)
+
+// env is a Kubernetes control plane and a Calico datastore.
+type env struct {
+	ctx   context.Context
+	kube  *kubetest.Cluster
+	store *datastore.Store
+	ipam  *ipam.Client
+	logs  *syncBuffer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	kube := kubetest.Start(t)
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatalf("open datastore: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e := &env{ctx: ctx, kube: kube, store: store, ipam: ipam.New(store.Etcd(), store, nil), logs: &syncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// syncBuffer is a log sink shared by the controllers' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fastConfig is a Config with short leader-election timings.
+func (e *env) fastConfig(identity string, enabled ...string) Config {
+	return Config{
+		Enabled:          enabled,
+		LeaseName:        "calico-test",
+		Identity:         identity,
+		LeaseDuration:    2 * time.Second,
+		RenewDeadline:    1500 * time.Millisecond,
+		RetryPeriod:      200 * time.Millisecond,
+		Resync:           time.Minute,
+		GCInterval:       300 * time.Millisecond,
+		NodeCleanupRetry: 500 * time.Millisecond,
+		Logger:           slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", identity),
+	}
+}
+
+// instance is one running Controllers.
+type instance struct {
+	c      *Controllers
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs Controllers with cfg against kube until the test ends or
+// stop is called.
+func (e *env) start(t *testing.T, cfg Config, kube kubernetes.Interface) *instance {
+	t.Helper()
+	c, err := New(cfg, kube, e.store, e.ipam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- c.Run(ctx) }()
+	t.Cleanup(func() { in.stop(t) })
+	return in
+}
+
+// stop ends Run and waits for it; idempotent.
+func (in *instance) stop(t *testing.T) {
+	t.Helper()
+	if in.cancel == nil {
+		return
+	}
+	in.cancel()
+	in.cancel = nil
+	select {
+	case err := <-in.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Run did not return within 30s of cancellation")
+	}
+}
+
+// eventually retries check until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// never checks that check keeps failing (returns non-nil) for d.
+func never(t *testing.T, d time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if check() == nil {
+			t.Fatalf("%s happened, want it not to", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) get(kind, namespace, name string) (api.Object, error) {
+	return e.store.Get(e.ctx, kind, namespace, name)
+}
+
+func (e *env) gone(kind, namespace, name string) func() error {
+	return func() error {
+		_, err := e.get(kind, namespace, name)
+		if errors.Is(err, datastore.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s %s still exists", kind, qualified(namespace, name))
+	}
+}
+
+func (e *env) exists(kind, namespace, name string) func() error {
+	return func() error {
+		_, err := e.get(kind, namespace, name)
+		return err
+	}
+}
+
+func (e *env) create(t *testing.T, objs ...api.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if _, err := e.store.Create(e.ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.Type().Kind, o.Meta().Name, err)
+		}
+	}
+}
+
+// pod creates a Pending pod bound to node.
+func (e *env) pod(t *testing.T, ns, name, node string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	p, err := e.kube.Client.CoreV1().Pods(ns).Create(e.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// endpoint is the WorkloadEndpoint the CNI plugin would write for a pod.
+func endpoint(t *testing.T, ns, node, pod, containerID string, labels map[string]string, ips ...string) *api.WorkloadEndpoint {
+	t.Helper()
+	w := &api.WorkloadEndpoint{}
+	w.Kind, w.APIVersion = "WorkloadEndpoint", api.GroupVersion
+	w.Namespace, w.Labels = ns, labels
+	w.Spec = api.WorkloadEndpointSpec{
+		Orchestrator: api.OrchestratorKubernetes, Node: node, Pod: pod, Endpoint: "eth0",
+		ContainerID: containerID, InterfaceName: "cali0123456789a", IPNetworks: ips,
+		Profiles: []string{"kns." + ns, "ksa." + ns + ".default"}, ServiceAccountName: "default",
+	}
+	name, err := api.WorkloadEndpointName(&w.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Name = name
+	return w
+}
+
+// allocate assigns one address on node for a pod (attrs as the CNI
+// plugin writes them; pod "" for an allocation without pod attributes).
+func (e *env) allocate(t *testing.T, node, handle, ns, pod string) netip.Addr {
+	t.Helper()
+	attrs := map[string]string{}
+	if pod != "" {
+		attrs["namespace"], attrs["pod"] = ns, pod
+	}
+	v4, _, err := e.ipam.AutoAssign(e.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: node, Attrs: attrs})
+	if err != nil || len(v4) != 1 {
+		t.Fatalf("allocate on %s: %v %v", node, v4, err)
+	}
+	return v4[0].Addr()
+}
+
+func (e *env) allocated(ip netip.Addr) func() error {
+	return func() error {
+		_, err := e.ipam.Lookup(e.ctx, ip)
+		return err
+	}
+}
+
+func (e *env) released(ip netip.Addr) func() error {
+	return func() error {
+		h, err := e.ipam.Lookup(e.ctx, ip)
+		if errors.Is(err, ipam.ErrNotAllocated) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%s still held by %s", ip, h.Handle)
+	}
+}
+
+func calicoNode(name, k8sName string, labels map[string]string) *api.Node {
+	n := &api.Node{}
+	n.Kind, n.APIVersion, n.Name, n.Labels = "Node", api.GroupVersion, name, labels
+	if k8sName != "" {
+		n.Spec.OrchRefs = []api.OrchRef{{NodeName: k8sName, Orchestrator: api.OrchestratorKubernetes}}
+	}
+	return n
+}
+
+func ippool(cidr string) *api.IPPool {
+	p := &api.IPPool{}
+	p.Kind, p.APIVersion, p.Name = "IPPool", api.GroupVersion, "pool-"+strings.NewReplacer(".", "-", "/", "-").Replace(cidr)
+	p.Spec.CIDR = cidr
+	p.Spec.BlockSize = 28
+	return p
+}

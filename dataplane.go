@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/xtables"
+)
+
+// dataplaneResync is how often the dataplane actors re-read the kernel and
+// repair drift even when nothing changed (felix's iptablesRefreshInterval
+// and routeRefreshInterval default to 90s).
+const dataplaneResync = 90 * time.Second
+
+// addDataplane adds the felix-replacement actors to g: the workload
+// endpoints (host routes, veth sysctls) and policy (iptables, ipsets).
+// They program the network namespace the process runs in.
+func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, reg prometheus.Registerer, logger *slog.Logger) error {
+	// Workload endpoints.
+	{
+		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, dataplaneResync, logger)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			err := ep.Run(ctx)
+			logger.Info("endpoints stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// Policy: iptables and ipsets. iptables missing is fatal: without it
+	// no policy can be enforced, and running anyway would fail open.
+	runner := xtables.ExecRunner{}
+	b4, err := xtables.Detect(parent, runner, 4)
+	if err != nil {
+		return fmt.Errorf("dataplane: %w", err)
+	}
+	metrics := xtables.NewMetrics(reg)
+	v4 := xtables.New(b4, runner, metrics, logger)
+	var v6 agent.Applier
+	if b6, err := xtables.Detect(parent, runner, 6); err == nil {
+		v6 = xtables.New(b6, runner, metrics, logger)
+	} else {
+		logger.Warn("no ip6tables: IPv6 policy is not programmed", "err", err)
+	}
+	logger.Info("iptables backend", "mode", b4.Mode)
+	{
+		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, dataplaneResync, reg, logger)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			err := pol.Run(ctx)
+			logger.Info("policy stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	return nil
+}
+
+// hostInterfaces lists the addresses of this namespace's interfaces.
+func hostInterfaces() (map[string][]netip.Addr, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	out := map[string][]netip.Addr{}
+	for _, l := range links {
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return nil, fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				out[l.Attrs().Name] = append(out[l.Attrs().Name], ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}

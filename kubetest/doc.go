@@ -1,0 +1,54 @@
+// Package kubetest runs a real Kubernetes control plane on loopback for
+// tests: kube-apiserver (and a minimal kube-controller-manager) built from
+// the Go module proxy, backed by an etcd from etcdtest, with certificates
+// generated per run. Tests get a kubeconfig, a client-go clientset and the
+// path of a matching kubectl.
+//
+// # API model
+//
+// Start(t) returns a ready *Cluster: /readyz answers, the "default"
+// ServiceAccount of the "default" namespace exists (so Pods can be
+// created), and everything is stopped, by PID, in t.Cleanup, also when the
+// test fails. There is no kubelet and no scheduler: Pods created with
+// spec.nodeName stay Pending, which is what controller and CNI tests need.
+// The pod-GC and node-lifecycle controllers are deliberately not run (they
+// would delete or evict pods bound to nodes that have no kubelet); the
+// namespace controller is, so deleted namespaces really go away. Without a
+// kubelet nobody confirms a graceful Pod deletion: delete Pods with
+// ForceDelete() (also before deleting their namespace).
+//
+// EnsureBinaries builds kube-apiserver, kube-controller-manager and kubectl
+// (Kubernetes Version) into the cache directory BinDir() when they are
+// missing. `make kube-bins` calls it once before the test packages run;
+// a test process that finds the cache empty builds too, under a file lock,
+// so parallel test binaries never build twice. A cold build takes several
+// minutes on two cores; a warm cache costs nothing.
+//
+// # Design
+//
+// The build mirrors what `go install k8s.io/kubernetes/cmd/...` cannot do
+// by itself: k8s.io/kubernetes maps its staging modules to ./staging in its
+// go.mod, and those replace directives do not apply to a dependency, so a
+// throwaway module under the cache directory requires k8s.io/kubernetes and
+// replaces each staging module with its published v0.X.Y release. Version
+// strings are stamped with -ldflags as the release build does, so kubectl
+// and the server agree about their versions.
+//
+// The apiserver listens on 127.0.0.1 only, on a free port (a bind race is
+// retried with a new port). Its etcd is the in-process etcd of
+// etcdtest.StartEmbedded (the project's etcd v3.7 module): Debian's etcd
+// 3.4 does answer kube-apiserver 1.36's basic requests, but it is below the
+// etcd 3.5 Kubernetes supports, while the embedded server is current and
+// needs no binary. Kubernetes data and Calico data never share an etcd:
+// tests start their own (etcdtest) for Calico.
+//
+// Environment: CALICO_KUBE_BIN_DIR overrides the cache root (default
+// ~/.cache/calico-node/kube-bin; binaries go to <root>/v<Version>/);
+// CALICO_KUBE_TESTS=skip makes Start skip the test instead of building or
+// failing, for machines without access to the module proxy.
+//
+// # Thread safety
+//
+// Start may be called from parallel tests; each call runs its own control
+// plane. A Cluster's fields are read-only after Start.
+package kubetest
