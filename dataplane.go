@@ -12,7 +12,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/ipam"
 	"github.com/projectcalico/calico-node/routes"
 	"github.com/projectcalico/calico-node/xtables"
 )
@@ -25,7 +27,7 @@ const dataplaneResync = 90 * time.Second
 // addDataplane adds the felix-replacement actors to g: the workload
 // endpoints (host routes, veth sysctls) and policy (iptables, ipsets).
 // They program the network namespace the process runs in.
-func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, reg prometheus.Registerer, logger *slog.Logger) error {
+func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, felixEnv *api.FelixConfigurationSpec, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
 	// Workload endpoints.
 	{
 		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, dataplaneResync, logger)
@@ -33,6 +35,19 @@ func addDataplane(g *run.Group, parent context.Context, node string, w *confwatc
 		g.Add(func() error {
 			err := ep.Run(ctx)
 			logger.Info("endpoints stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// Blackhole routes for this node's blocks.
+	{
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			store, err := future.wait(ctx)
+			if err != nil {
+				return nil
+			}
+			err = agent.NewBlackholes(node, ipam.WatchBlocks(ctx, store.Etcd(), logger), rt, logger).Run(ctx)
+			logger.Info("blackholes stopped")
 			return err
 		}, func(error) { cancel() })
 	}
@@ -54,6 +69,7 @@ func addDataplane(g *run.Group, parent context.Context, node string, w *confwatc
 	logger.Info("iptables backend", "mode", b4.Mode)
 	{
 		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, dataplaneResync, reg, logger)
+		pol.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
 			err := pol.Run(ctx)

@@ -33,6 +33,8 @@ import (
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/embedetcd"
 	"github.com/projectcalico/calico-node/health"
+	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/overlay"
 	"github.com/projectcalico/calico-node/routes"
 	"github.com/projectcalico/calico-node/startup"
 )
@@ -49,6 +51,7 @@ type runConfig struct {
 	startupBudget time.Duration
 	bgp           bgpConfig
 	kube          kubeConfig // run_k8s.go
+	dataplane     bool       // program routes, policy and overlays in this namespace
 }
 
 // bgpConfig is the BGP speaker's part of runConfig.
@@ -95,6 +98,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
 			&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
 			&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
+			&cli.StringFlag{Name: "dataplane", EnvVars: env("CALICO_DATAPLANE"), Value: "iptables", Usage: "iptables: program routes, policy and overlays; none: control plane only (no kernel changes)"},
 			&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
 			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
 			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
@@ -187,6 +191,13 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	case "vxlan", "none":
 	default:
 		return cfg, fmt.Errorf("CALICO_NETWORKING_BACKEND=%q: want bird, vxlan or none", backend)
+	}
+	switch dp := strings.ToLower(c.String("dataplane")); dp {
+	case "iptables", "":
+		cfg.dataplane = true
+	case "none":
+	default:
+		return cfg, fmt.Errorf("CALICO_DATAPLANE=%q: want iptables or none", dp)
 	}
 	cfg.bgp.statusSocket = c.String("bgp-status-socket")
 	cfg.bgp.listenPort = c.Int("bgp-listen-port")
@@ -362,8 +373,14 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer nlh.Close()
-	routeTable := routes.New(nlh, 90*time.Second, logger)
+	routeTable := routes.New(nlh, dataplaneResync, logger)
 	if cfg.bgp.enabled {
+		routeTable.Expect(routes.SourceBGP)
+	}
+	if cfg.dataplane {
+		routeTable.Expect(routes.SourceWorkloads, routes.SourceBlackhole, routes.SourceTunnels)
+	}
+	if cfg.bgp.enabled || cfg.dataplane {
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
 			select {
@@ -397,6 +414,29 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 			}, sub, store.Etcd(), routeTable, rep)
 			err = a.Run(ctx)
 			logger.Info("bgp stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// The dataplane: workload routes and sysctls, blackholes for our
+	// blocks, policy in iptables/ipsets (dataplane.go), and the overlays.
+	if cfg.dataplane {
+		if err := addDataplane(&g, parent, cfg.node.NodeName, w, routeTable, cfg.kube.felix.Spec, future, reg, logger); err != nil {
+			return err
+		}
+		sub := w.Subscribe(overlay.Kinds()...)
+		rep := agg.Register("overlay", true, true, 0)
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			store, err := future.wait(ctx)
+			if err != nil {
+				return nil
+			}
+			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger}, overlay.Deps{
+				Updates: sub, Blocks: overlay.EtcdBlocks(store.Etcd(), logger),
+				Store: store, IPAM: ipam.New(store.Etcd(), store, logger),
+				Kernel: nlh, Routes: routeTable, Health: rep,
+			}).Run(ctx)
+			logger.Info("overlay stopped")
 			return err
 		}, func(error) { cancel() })
 	}

@@ -46,7 +46,8 @@ func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	// These agents share the test's own network namespace and addresses
 	// that are not there: no BGP speaker (it would listen on the host's
 	// port 179 and dial those addresses). BGP has its own tests in bgp/.
-	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none"}, env...)
+	// Control-plane tests in the host namespace: no BGP, no kernel changes.
+	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none"}, env...)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
