@@ -61,21 +61,7 @@ func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWr
 // Run follows the WorkloadEndpoints until ctx is done.
 func (e *Endpoints) Run(ctx context.Context) error {
 	sub := e.watch.Subscribe("WorkloadEndpoint")
-	updates := make(chan []confwatch.Update)
-	go func() {
-		defer close(updates)
-		for {
-			ups, err := sub.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case updates <- ups:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	updates := sub.Updates(ctx)
 	tick := time.NewTicker(e.resync)
 	defer tick.Stop()
 	synced := false

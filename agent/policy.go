@@ -81,21 +81,7 @@ func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfa
 // (coalesced), on a periodic resync, and retries failures with backoff.
 func (p *Policy) Run(ctx context.Context) error {
 	sub := p.watch.Subscribe(policyKinds...)
-	updates := make(chan []confwatch.Update)
-	go func() {
-		defer close(updates)
-		for {
-			ups, err := sub.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case updates <- ups:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	updates := sub.Updates(ctx)
 	tick := time.NewTicker(p.resync)
 	defer tick.Stop()
 	synced, dirty := false, false

@@ -388,3 +388,25 @@ func (s *Subscription) Next(ctx context.Context) ([]Update, error) {
 		}
 	}
 }
+
+// Updates delivers the subscription's batches on a channel for use in a
+// select loop; the channel closes when ctx ends. The forwarding goroutine
+// lives only as long as ctx.
+func (s *Subscription) Updates(ctx context.Context) <-chan []Update {
+	out := make(chan []Update)
+	go func() {
+		defer close(out)
+		for {
+			ups, err := s.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case out <- ups:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
