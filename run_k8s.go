@@ -155,6 +155,12 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 		if err != nil {
 			return err
 		}
+		// Install once before anything else runs, as Calico's install-cni
+		// init container does: when the node reports ready, kubelet
+		// already finds the plugin and its config.
+		if _, err := in.Sync(); err != nil {
+			return fmt.Errorf("install CNI plugin: %w", err)
+		}
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
 			err := in.Run(ctx)
