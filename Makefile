@@ -1,5 +1,7 @@
 # calico-node: one binary for Calico networking, policy, BGP, CNI and CLI.
 #
+#   make demo    build, then bring up a 3-node cluster in network namespaces
+#                and show BGP, IPAM and policy at work (make demo-down removes it)
 #   make run     build and run a single node with the embedded etcd
 #   make test    install test prerequisites, build, run every test
 #   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links
@@ -12,8 +14,10 @@ LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/buildinfo.Version=$(VE
 TESTFLAGS ?=
 # Run-time flags for `make run`; override e.g. RUN_ARGS="--etcd-endpoints=http://127.0.0.1:2379".
 RUN_ARGS ?=
+# Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379".
+DEMO_ARGS ?=
 
-.PHONY: all build test unit deps kube-bins run fuzz bench-confwatch bench-bgp bench-cni clean
+.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni clean
 
 all: build
 
@@ -63,6 +67,22 @@ bench-cni: deps build
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi
 	$(BINARY) run $(RUN_ARGS)
+
+need-root:
+	@if [ "$$(id -u)" != 0 ]; then echo "the demo creates network namespaces and needs root: sudo make $(MAKECMDGOALS)"; exit 1; fi
+
+demo-bin:
+	$(GO) build -trimpath -o $(BIN)/calico-demo ./integration/demo
+
+# Three nodes in network namespaces, each running `calico-node run`, pods
+# made by the CNI plugin, BGP/IPAM/connectivity shown before and after
+# policy; left running. State in /run/calico-demo; `make demo-down` removes
+# every namespace, process and file it created.
+demo: need-root deps build demo-bin
+	$(BIN)/calico-demo up $(DEMO_ARGS)
+
+demo-down: need-root demo-bin
+	$(BIN)/calico-demo down $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -54,7 +54,7 @@ func readInputs(args []string, stdin io.Reader) ([]inputDoc, error) {
 			if err != nil {
 				return nil, fmt.Errorf("read %s: %w", p, err)
 			}
-			parsed, err := api.Decode(data)
+			parsed, err := decodeInput(data)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", displayName(p), err)
 			}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/testbin"
+)
+
+// demoRun is the demo binary with its own prefix, state dir and etcd
+// ports, so that the test runs beside a user's `make demo`.
+type demoRun struct {
+	t        *testing.T
+	bin      string
+	binDir   string
+	stateDir string
+	prefix   string
+	port     int
+}
+
+func newDemoRun(t *testing.T) *demoRun {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end demo")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the demo needs root (network namespaces)")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(t.TempDir(), "calico-demo")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = filepath.Dir(file)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the demo: %v\n%s", err, out)
+	}
+	d := &demoRun{
+		t: t, bin: bin, binDir: testbin.Dir(t),
+		stateDir: filepath.Join(t.TempDir(), "state"),
+		prefix:   fmt.Sprintf("cdt%d", os.Getpid()%100000),
+		port:     freePortPair(t),
+	}
+	// Whatever happens, nothing may stay behind.
+	t.Cleanup(func() { d.run("down") })
+	return d
+}
+
+// freePortPair finds a port p with p+1 also free on 127.0.0.1.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		l.Close()
+		if err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	t.Fatal("no free pair of ports")
+	return 0
+}
+
+func (d *demoRun) run(verb string, extra ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := append([]string{verb, "--bin-dir", d.binDir, "--state-dir", d.stateDir, "--prefix", d.prefix, "--etcd-port", strconv.Itoa(d.port)}, extra...)
+	out, err := exec.CommandContext(ctx, d.bin, args...).CombinedOutput()
+	return string(out), err
+}
+
+// up runs `up` and returns its report.
+func (d *demoRun) up() (*results, string) {
+	d.t.Helper()
+	resFile := filepath.Join(d.t.TempDir(), "results.json")
+	start := time.Now()
+	out, err := d.run("up", "--results", resFile)
+	if err != nil {
+		d.t.Fatalf("calico-demo up: %v\n%s", err, out)
+	}
+	d.t.Logf("calico-demo up took %s", time.Since(start).Round(100*time.Millisecond))
+	if took := time.Since(start); took > time.Minute {
+		d.t.Errorf("calico-demo up took %s, want under a minute", took)
+	}
+	data, err := os.ReadFile(resFile)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var r results
+	if err := json.Unmarshal(data, &r); err != nil {
+		d.t.Fatal(err)
+	}
+	return &r, out
+}
+
+// tcp connects from a pod namespace with bash's /dev/tcp (independent of
+// the demo's own probe) and returns what the listener answered.
+func tcp(netns, ip string) (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", netns, "timeout", "2", "bash", "-c",
+		fmt.Sprintf("cat </dev/tcp/%s/%d", ip, listenPort)).Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// TestDemo runs the demo as a user would, twice in a row, checks what it
+// showed against the expected BGP mesh and policy outcome, probes the
+// running cluster itself, then checks `down` leaves nothing behind.
+func TestDemo(t *testing.T) {
+	d := newDemoRun(t)
+	first, _ := d.up()
+	r, out := d.up() // a second run replaces the first
+
+	for _, p := range first.Processes {
+		if p.alive() {
+			t.Errorf("process %s (pid %d) of the first run survived the second", p.Name, p.PID)
+		}
+	}
+	for _, want := range []string{"[11/11]", "Established", "IPv4 BGP status", "198.51.100.0/24", "Successfully applied 1 'NetworkPolicy'", "make demo-down"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	t.Run("BGP full mesh", func(t *testing.T) {
+		want := map[string][]string{
+			"node-1": {"192.0.2.12", "192.0.2.13"},
+			"node-2": {"192.0.2.11", "192.0.2.13"},
+			"node-3": {"192.0.2.11", "192.0.2.12"},
+		}
+		for node, peers := range want {
+			got := slices.Sorted(slices.Values(r.Sessions[node]))
+			if !slices.Equal(got, peers) {
+				t.Errorf("%s established sessions %v, want %v", node, got, peers)
+			}
+		}
+	})
+
+	t.Run("connectivity before and after policy", func(t *testing.T) {
+		if len(r.Pods) != 6 || len(r.Steps) != 3 {
+			t.Fatalf("pods %d, matrices %d; want 6 and 3", len(r.Pods), len(r.Steps))
+		}
+		ns := func(i int) string { return strings.Split(r.Pods[i].Name, "/")[0] }
+		rules := []func(from, to int) bool{
+			func(int, int) bool { return true },
+			func(f, to int) bool { return ns(to) != "backend" || ns(f) == "backend" },
+			func(f, to int) bool { return ns(to) == ns(f) },
+		}
+		for s, step := range r.Steps {
+			for i := range r.Pods {
+				for j := range r.Pods {
+					want := i == j || rules[s](i, j)
+					if step.Got[i][j] != want {
+						t.Errorf("%s: %s -> %s connected=%v, want %v", step.Step, r.Pods[i].Name, r.Pods[j].Name, step.Got[i][j], want)
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("the running cluster", func(t *testing.T) {
+		byName := map[string]podResult{}
+		for _, p := range r.Pods {
+			byName[p.Name] = p
+		}
+		f1, f3, b2 := byName["frontend/pod-1"], byName["frontend/pod-3"], byName["backend/pod-2"]
+		if got, err := tcp(f1.NetNS, f3.IP); err != nil || got != "frontend/pod-3" {
+			t.Errorf("frontend/pod-1 -> frontend/pod-3 (across nodes): %q, %v", got, err)
+		}
+		if got, err := tcp(f1.NetNS, b2.IP); err == nil {
+			t.Errorf("frontend/pod-1 -> backend/pod-2 connected (%q) despite the NetworkPolicy", got)
+		}
+		ctl := exec.Command(filepath.Join(d.binDir, "calicoctl"), "get", "networkpolicy", "knp.default.backend-same-namespace-only", "-n", "backend", "-o", "yaml")
+		ctl.Env = []string{"ETCD_ENDPOINTS=http://127.0.0.1:" + strconv.Itoa(d.port)}
+		if b, err := ctl.CombinedOutput(); err != nil || !strings.Contains(string(b), "projectcalico.org/orchestrator == 'k8s'") {
+			t.Errorf("the converted Kubernetes policy: %v\n%s", err, b)
+		}
+	})
+
+	out, err := d.run("down")
+	if err != nil {
+		t.Fatalf("calico-demo down: %v\n%s", err, out)
+	}
+	t.Run("down leaves nothing", func(t *testing.T) {
+		nsList, _ := exec.Command("ip", "netns", "list").Output()
+		for _, l := range strings.Split(string(nsList), "\n") {
+			if strings.HasPrefix(l, d.prefix+"-") {
+				t.Errorf("namespace left: %s", l)
+			}
+		}
+		for _, n := range r.Namespaces {
+			if namespaceExists(n) {
+				t.Errorf("namespace %s left", n)
+			}
+		}
+		links, _ := exec.Command("ip", "-o", "link").Output()
+		if strings.Contains(string(links), "veth-node") || strings.Contains(string(links), d.prefix) {
+			t.Errorf("host links left:\n%s", links)
+		}
+		for _, p := range r.Processes {
+			if p.alive() {
+				t.Errorf("process %s (pid %d) left", p.Name, p.PID)
+			}
+		}
+		if _, err := os.Stat(d.stateDir); !os.IsNotExist(err) {
+			t.Errorf("state dir %s left (%v)", d.stateDir, err)
+		}
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(d.port)); err != nil {
+			t.Errorf("etcd port still in use: %v", err)
+		} else {
+			l.Close()
+		}
+		if out, err := d.run("down"); err != nil || !strings.Contains(out, "no demo to remove") {
+			t.Errorf("a second down: %v: %s", err, out)
+		}
+	})
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// state is the record of what the demo created, written to
+// <state-dir>/state.json as it goes so that `down` can undo a run that
+// stopped half way.
+type state struct {
+	path       string
+	Namespaces []string `json:"namespaces"` // in creation order
+	Procs      []proc   `json:"processes"`
+}
+
+// proc identifies a process across PID reuse: the kernel's start time of
+// the PID must still match.
+type proc struct {
+	Name  string `json:"name"`
+	PID   int    `json:"pid"`
+	Start uint64 `json:"startTime"`
+}
+
+func statePath(stateDir string) string { return filepath.Join(stateDir, "state.json") }
+
+func (s *state) save() error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+func (s *state) addNamespace(name string) error {
+	s.Namespaces = append(s.Namespaces, name)
+	return s.save()
+}
+
+func (s *state) addProc(name string, pid int) error {
+	st, err := startTime(pid)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", name, err)
+	}
+	s.Procs = append(s.Procs, proc{Name: name, PID: pid, Start: st})
+	return s.save()
+}
+
+// startTime is field 22 of /proc/PID/stat (clock ticks since boot).
+func startTime(pid int) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces; fields after it start
+	// after the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("read process %d: malformed stat", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("read process %d: malformed stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// alive reports whether p is still the process that was recorded.
+func (p proc) alive() bool {
+	st, err := startTime(p.PID)
+	return err == nil && st == p.Start
+}
+
+// down removes what state.json records: processes (SIGTERM, then SIGKILL),
+// namespaces (pods first; deleting a namespace deletes its veth ends and
+// with them their peers), then the state directory. A missing state
+// directory is not an error: there is nothing to remove.
+func down(o options, out io.Writer) error {
+	data, err := os.ReadFile(statePath(o.stateDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(o.stateDir); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(out, "no demo to remove (%s does not exist)\n", o.stateDir)
+			return nil
+		}
+		fmt.Fprintf(out, "removing %s (no state file)\n", o.stateDir)
+		return os.RemoveAll(o.stateDir)
+	}
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+	var s state
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("read state %s: %w", statePath(o.stateDir), err)
+	}
+	var errs []error
+
+	// Listeners and agents first, etcd last: agents then stop cleanly.
+	procs := slices.Clone(s.Procs)
+	slices.Reverse(procs)
+	for _, p := range procs {
+		if p.alive() {
+			syscall.Kill(p.PID, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range procs {
+		for p.alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p.alive() {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+			for i := 0; p.alive() && i < 100; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if p.alive() {
+			errs = append(errs, fmt.Errorf("process %s (pid %d) did not exit", p.Name, p.PID))
+		}
+	}
+	fmt.Fprintf(out, "stopped %d processes\n", len(procs))
+
+	nss := slices.Clone(s.Namespaces)
+	slices.Reverse(nss)
+	removed := 0
+	for _, ns := range nss {
+		if !namespaceExists(ns) {
+			continue
+		}
+		if b, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete namespace %s: %v: %s", ns, err, strings.TrimSpace(string(b))))
+			continue
+		}
+		removed++
+	}
+	fmt.Fprintf(out, "deleted %d network namespaces\n", removed)
+
+	if err := os.RemoveAll(o.stateDir); err != nil {
+		errs = append(errs, fmt.Errorf("remove %s: %w", o.stateDir, err))
+	} else {
+		fmt.Fprintf(out, "removed %s\n", o.stateDir)
+	}
+	return errors.Join(errs...)
+}
+
+func namespaceExists(name string) bool {
+	_, err := os.Stat(filepath.Join("/var/run/netns", name))
+	return err == nil
+}
