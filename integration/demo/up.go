@@ -470,24 +470,30 @@ spec:
 
 func (c *cluster) startAgents() error {
 	for i := 1; i <= nodeCount; i++ {
-		if err := os.MkdirAll(c.nodeDir(i), 0o755); err != nil {
-			return fmt.Errorf("create node dir: %w", err)
-		}
-		if err := c.spawn(nodeName(i), c.nodeDir(i), "ip", "netns", "exec", c.nodeNS(i),
-			filepath.Join(c.o.binDir, "calico-node"), "run",
-			"--etcd-endpoints="+c.etcdUnix(),
-			"--nodename="+nodeName(i),
-			"--ip="+nodeAddr(i)+"/24",
-			"--no-default-pools",
-			"--data-dir="+c.nodeDir(i),
-			"--bgp-status-socket="+c.bgpSocket(i),
-			"--health-addr=127.0.0.1:9099",
-			"--log-level=info",
-		); err != nil {
+		if err := c.startAgent(i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startAgent starts `calico-node run` inside node i's namespace; the
+// resilience tests call it again to restart a killed agent.
+func (c *cluster) startAgent(i int) error {
+	if err := os.MkdirAll(c.nodeDir(i), 0o755); err != nil {
+		return fmt.Errorf("create node dir: %w", err)
+	}
+	return c.spawn(nodeName(i), c.nodeDir(i), "ip", "netns", "exec", c.nodeNS(i),
+		filepath.Join(c.o.binDir, "calico-node"), "run",
+		"--etcd-endpoints="+c.etcdUnix(),
+		"--nodename="+nodeName(i),
+		"--ip="+nodeAddr(i)+"/24",
+		"--no-default-pools",
+		"--data-dir="+c.nodeDir(i),
+		"--bgp-status-socket="+c.bgpSocket(i),
+		"--health-addr=127.0.0.1:9099",
+		"--log-level=info",
+	)
 }
 
 // waitMesh waits until every node has an Established session with each
@@ -538,25 +544,9 @@ func (c *cluster) createPods(ctx context.Context) error {
 	defer cniLog.Close()
 	cni := libcni.NewCNIConfigWithCacheDir([]string{c.o.binDir}, cniCache, &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: cniLog}})
 	for i := 1; i <= nodeCount; i++ {
-		conf, err := json.Marshal(map[string]any{
-			"cniVersion": "1.0.0",
-			"name":       "k8s-pod-network",
-			"plugins": []any{map[string]any{
-				"type":           "calico",
-				"etcd_endpoints": c.etcdUnix(),
-				"nodename":       nodeName(i),
-				"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
-				"mtu":            1500,
-				"log_level":      "info",
-				"ipam":           map[string]any{"type": "calico-ipam"},
-			}},
-		})
+		list, err := c.cniList(i)
 		if err != nil {
-			return fmt.Errorf("encode CNI config: %w", err)
-		}
-		list, err := libcni.ConfListFromBytes(conf)
-		if err != nil {
-			return fmt.Errorf("CNI config: %w", err)
+			return err
 		}
 		for _, k := range k8sNamespaces() {
 			p := &pod{prefix: c.o.prefix, k8sNS: k, node: i}
@@ -602,6 +592,32 @@ func (c *cluster) createPods(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// cniList is the network configuration a runtime on node i hands the
+// plugin.
+func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "k8s-pod-network",
+		"plugins": []any{map[string]any{
+			"type":           "calico",
+			"etcd_endpoints": c.etcdUnix(),
+			"nodename":       nodeName(i),
+			"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
+			"mtu":            1500,
+			"log_level":      "info",
+			"ipam":           map[string]any{"type": "calico-ipam"},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode CNI config: %w", err)
+	}
+	list, err := libcni.ConfListFromBytes(conf)
+	if err != nil {
+		return nil, fmt.Errorf("CNI config: %w", err)
+	}
+	return list, nil
 }
 
 func (c *cluster) applyPolicy(file, doc, what string) error {
