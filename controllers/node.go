@@ -286,9 +286,20 @@ func (nc *nodeController) syncLabels(ctx context.Context, cn *api.Node, kn *core
 // order Calico's node deletion uses, each step idempotent so that a
 // failure part way is finished by the retry.
 func (nc *nodeController) remove(ctx context.Context, cn *api.Node) error {
-	name := cn.Name
-	log := nc.log.With("calicoNode", name, "node", K8sNodeName(cn))
+	log := nc.log.With("calicoNode", cn.Name, "node", K8sNodeName(cn))
 	log.Info("kubernetes node deleted and no pods remain; removing calico node")
+	return RemoveNode(ctx, nc.c.store, nc.c.ipam, cn.Name, log)
+}
+
+// RemoveNode deletes a Calico node and everything that belongs to it, as
+// libcalico-go's node deletion does: its workload endpoints and their
+// addresses (except one another node's endpoint uses), its tunnel
+// addresses, its block affinities, its BGPPeers and HostEndpoints, its
+// node-specific Felix and BGP configuration, and the Node itself. Used by
+// the node controller and by `calicoctl delete node`. Missing pieces are
+// not errors, so a half-finished removal can simply be run again.
+func RemoveNode(ctx context.Context, store Store, ipamc IPAM, name string, log *slog.Logger) error {
+	nc := &nodeController{c: &Controllers{store: store, ipam: ipamc, log: log}}
 
 	// Its workload endpoints and their addresses.
 	weps, _, err := nc.c.store.List(ctx, "WorkloadEndpoint", "")

@@ -3,10 +3,14 @@ package ctl
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/ipam"
 )
 
 // writeOp is one of the document-driven write verbs.
@@ -167,7 +171,7 @@ func cmdDelete(s *session) error {
 	var failed []string
 	var done []api.Object
 	for _, r := range refs {
-		obj, err := s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
+		obj, err := s.deleteOne(r)
 		if err != nil {
 			if skip && errors.Is(err, datastore.ErrNotFound) {
 				continue
@@ -241,4 +245,23 @@ func cmdGet(s *session) error {
 		kind = objs[0].Type().Kind
 	}
 	return printObjects(s.out, kind, objs, format, single, false)
+}
+
+// deleteOne deletes one resource. A Node takes everything of its own with
+// it (endpoints, addresses, block affinities, peers, node config), as
+// calicoctl's node deletion does; the Node goes last, so a failure half way
+// can be retried.
+func (s *session) deleteOne(r ref) (api.Object, error) {
+	if r.kind.Kind != "Node" {
+		return s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
+	}
+	node, err := s.store.Get(s.ctx, "Node", "", r.name)
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.Etcd(), s.store, quiet), r.name, quiet); err != nil {
+		return nil, fmt.Errorf("delete node %s: %w", r.name, err)
+	}
+	return node, nil
 }

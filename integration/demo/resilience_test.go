@@ -710,15 +710,14 @@ func testNodeRemoval(t *testing.T, r *rcluster, pods []*pod) {
 	if _, err := r.ctl("", "delete", "node", nodeName(gone)); err != nil {
 		t.Fatal(err)
 	}
-	// calicoctl has no verb for block affinities: release them as the
-	// node controller would.
+	// calicoctl's node deletion takes the node's block affinities too.
 	store, err := datastore.New(ctx, datastore.Config{Endpoints: []string{r.c.etcdURL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := ipam.New(store.Etcd(), store, slog.New(slog.DiscardHandler)).ReleaseHostAffinities(ctx, nodeName(gone), false); err != nil {
-		t.Fatal(err)
+	if blocks, err := ipam.New(store.Etcd(), store, slog.New(slog.DiscardHandler)).AffineBlocks(ctx, nodeName(gone)); err != nil || len(blocks) != 0 {
+		t.Fatalf("after calicoctl delete node: blocks still affine to %s: %v %v", nodeName(gone), blocks, err)
 	}
 
 	deadline := time.Now().Add(30 * time.Second)
