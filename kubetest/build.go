@@ -23,11 +23,14 @@ type Binaries struct {
 	APIServer         string
 	ControllerManager string
 	Kubectl           string
+	// Kubelet is only run by StartNode; it is built with the others so
+	// that `make kube-bins` fills the whole cache in one go.
+	Kubelet string
 }
 
 // binaryNames are the programs built, in build order; kube-apiserver first
 // because most of the compile work is shared with the others.
-var binaryNames = []string{"kube-apiserver", "kube-controller-manager", "kubectl"}
+var binaryNames = []string{"kube-apiserver", "kube-controller-manager", "kubectl", "kubelet"}
 
 // BinDir is the directory holding (or receiving) the binaries of Version.
 func BinDir() (string, error) {
@@ -47,6 +50,7 @@ func binariesIn(dir string) Binaries {
 		APIServer:         filepath.Join(dir, "kube-apiserver"),
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Kubectl:           filepath.Join(dir, "kubectl"),
+		Kubelet:           filepath.Join(dir, "kubelet"),
 	}
 }
 

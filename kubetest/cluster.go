@@ -73,7 +73,14 @@ type Cluster struct {
 type Option func(*options)
 
 type options struct {
-	noKCM bool
+	noKCM        bool
+	apiserverArg []string
+}
+
+// WithAPIServerArgs adds command-line flags to kube-apiserver, e.g. the
+// --kubelet-preferred-address-types a node from StartNode needs.
+func WithAPIServerArgs(args ...string) Option {
+	return func(o *options) { o.apiserverArg = append(o.apiserverArg, args...) }
 }
 
 // WithoutControllerManager starts no kube-controller-manager. Namespaces
@@ -115,7 +122,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
-		api, err = startAPIServer(bins.APIServer, dir, p, etcd.Endpoints[0], port)
+		api, err = startAPIServer(bins.APIServer, dir, p, etcd.Endpoints[0], port, o.apiserverArg)
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
@@ -177,28 +184,29 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	return c
 }
 
-func startAPIServer(bin, dir string, p *pki, etcdURL string, port int) (*process, error) {
-	return startProcess(bin, dir, "kube-apiserver",
-		"--etcd-servers="+etcdURL,
+func startAPIServer(bin, dir string, p *pki, etcdURL string, port int, extra []string) (*process, error) {
+	args := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
+		"--secure-port=" + strconv.Itoa(port),
 		// No kubelets and one apiserver: nothing to reconcile the
 		// "kubernetes" service endpoints against.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir="+dir,
-		"--tls-cert-file="+p.serverCert,
-		"--tls-private-key-file="+p.serverKey,
-		"--client-ca-file="+p.caCert,
+		"--cert-dir=" + dir,
+		"--tls-cert-file=" + p.serverCert,
+		"--tls-private-key-file=" + p.serverKey,
+		"--client-ca-file=" + p.caCert,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+p.saPub,
-		"--service-account-signing-key-file="+p.saKey,
+		"--service-account-key-file=" + p.saPub,
+		"--service-account-signing-key-file=" + p.saKey,
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
-	)
+	}
+	return startProcess(bin, dir, "kube-apiserver", append(args, extra...)...)
 }
 
 // freePort returns a loopback port that was free a moment ago.

@@ -36,7 +36,10 @@ func TestMissing(t *testing.T) {
 	if got := missing(dir); len(got) != len(binaryNames) {
 		t.Fatalf("missing(empty) = %v, want all of %v", got, binaryNames)
 	}
-	for _, n := range binaryNames[:2] {
+	for i, n := range binaryNames {
+		if i == 2 {
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/true\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,11 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ipset >/dev/null 2>&1 || need+=(ipset)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v bird >/dev/null 2>&1 || need+=(bird2)
+# A real Kubernetes node for integration/kubelet (kubetest.StartNode):
+# containerd with its CRI plugin, runc, and busybox for the test image.
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /bin/busybox ] || need+=(busybox-static)
 
 if ((${#need[@]})); then
   if [ "$(id -u)" != 0 ]; then

@@ -1,0 +1,456 @@
+package kubelet
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/testbin"
+)
+
+const (
+	podCIDR   = "10.244.0.0/16" // CALICO_IPV4POOL_CIDR
+	ptpCIDR   = "10.88.0.0/24"
+	podWait   = 60 * time.Second
+	httpdPort = "8080"
+)
+
+// The DaemonSet's CNI template (deploy/calico-node.yaml) plus
+// nodename_file: the agent's data dir is a temporary one here, not the
+// /var/lib/calico the plugin reads by default.
+const cniTemplate = `{
+    "name": "k8s-pod-network",
+    "cniVersion": "0.3.1",
+    "type": "calico",
+    "etcd_endpoints": "__ETCD_ENDPOINTS__",
+    "log_level": "info",
+    "nodename_file": "%s",
+    "mtu": __CNI_MTU__,
+    "ipam": {"type": "calico-ipam"},
+    "policy": {"type": "k8s"},
+    "kubernetes": {"kubeconfig": "__KUBECONFIG_FILEPATH__"}
+}`
+
+// TestKubeletNode runs pods on a real kubelet with calico-node as CNI,
+// IPAM, policy controllers and dataplane.
+func TestKubeletNode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: runs kubelet and containerd in the host namespace")
+	}
+	before := hostState(t)
+	// Registered first, so it runs last: after the node and agent are gone.
+	t.Cleanup(func() {
+		if after := hostState(t); after != before {
+			t.Errorf("host not restored:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+
+	kube := kubetest.Start(t, kubetest.WithAPIServerArgs(kubetest.NodeAPIServerArgs()...))
+	etcd := etcdtest.Start(t)
+	node := kubetest.StartNode(t, kube)
+
+	// --- baseline: the reference ptp plugin ---
+	ptpConf := filepath.Join(node.CNIConfDir, "05-ptp.conflist")
+	writeFile(t, ptpConf, fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "ptp", "plugins": [{"type": "ptp", "mtu": 1400,
+		"ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}]}`, ptpCIDR, filepath.Join(node.Dir, "host-local")))
+	node.WaitReady(t, 60*time.Second)
+	// ptp-0 is the node's first pod: it also pays for unpacking the
+	// images and the first sandbox, so it is reported apart.
+	ptpFirst := createPod(t, kube, "ptp-0", "app: ptp", []string{"sleep", "3600"})
+	ptpTimes := []time.Duration{
+		createPod(t, kube, "ptp-1", "app: ptp", []string{"sleep", "3600"}),
+		createPod(t, kube, "ptp-2", "app: ptp", []string{"sleep", "3600"}),
+	}
+	ptp2 := podIP(t, kube, "ptp-2")
+	if _, err := kube.RunKubectl(nil, "exec", "ptp-1", "--", "ping", "-c", "1", "-W", "2", ptp2); err != nil {
+		t.Fatalf("ptp pods cannot talk: %v", err)
+	}
+	deletePods(t, kube, "ptp-0", "ptp-1", "ptp-2")
+	os.Remove(ptpConf)
+
+	// --- calico-node as the DaemonSet runs it ---
+	kube.RunKubectl(nil, "-n", "kube-system", "create", "serviceaccount", "calico-node")
+	if _, err := kube.RunKubectl(nil, "create", "clusterrolebinding", "calico-node", "--clusterrole=cluster-admin", "--serviceaccount=kube-system:calico-node"); err != nil {
+		t.Fatal(err)
+	}
+	sa := t.TempDir()
+	ca, _ := os.ReadFile(kube.CAFile)
+	writeFile(t, filepath.Join(sa, "ca.crt"), string(ca))
+	writeFile(t, filepath.Join(sa, "token"), kube.Token(t, "kube-system", "calico-node", time.Hour))
+	dataDir := t.TempDir()
+	bins := testbin.Dir(t)
+	agent := startAgent(t, filepath.Join(bins, "calico-node"),
+		[]string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa},
+		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
+		"NODENAME="+node.Name, "CALICO_K8S_NODE_REF="+node.Name, "IP=autodetect",
+		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
+		"KUBECONFIG="+kube.Kubeconfig,
+		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
+		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename")),
+		"CNI_MTU=1400",
+		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
+		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
+	agent.waitReady(t)
+	waitFor(t, 30*time.Second, "10-calico.conflist installed", func() bool {
+		_, err := os.Stat(filepath.Join(node.CNIConfDir, "10-calico.conflist"))
+		return err == nil
+	})
+	node.WaitReady(t, 60*time.Second)
+
+	calicoTimes := []time.Duration{
+		createPod(t, kube, "client", "app: client", []string{"sleep", "3600"}),
+		createPod(t, kube, "server", "app: server", []string{"sh", "-c", "mkdir -p /www && echo hello-calico > /www/index.html && exec httpd -f -p " + httpdPort + " -h /www"}),
+	}
+	// The figures of docs/benchmarks.md ("Kubernetes node").
+	t.Logf("pod create->Running (kubectl apply to phase Running): node's first pod (ptp) %v; ptp %v; calico %v",
+		ptpFirst.Round(time.Millisecond), round(ptpTimes), round(calicoTimes))
+
+	calicoctl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bins, "calicoctl"), args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints, ",")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("calicoctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+
+	// Addresses come from the Calico pool, assigned by calico-ipam.
+	pool := netip.MustParsePrefix(podCIDR)
+	ips := map[string]string{}
+	for _, name := range []string{"client", "server"} {
+		ip := podIP(t, kube, name)
+		ips[name] = ip
+		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
+			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, podCIDR)
+		}
+		out := calicoctl("ipam", "show", "--ip="+ip)
+		if !strings.Contains(out, "is in use") || !strings.Contains(out, "pod: "+name) {
+			t.Errorf("calicoctl ipam show --ip=%s:\n%s", ip, out)
+		}
+	}
+	if out := calicoctl("ipam", "check"); !strings.Contains(out, "found 0 problems") {
+		t.Errorf("ipam check with pods running:\n%s", out)
+	}
+
+	// Pod to pod, through the host's routes to the cali veths.
+	// nc, not wget: Debian's static busybox wget crashes in a root
+	// without glibc's NSS modules.
+	fetch := func() string {
+		out, _ := kube.RunKubectl(nil, "exec", "client", "--", "sh", "-c",
+			`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 `+ips["server"]+" "+httpdPort)
+		return out
+	}
+	waitFor(t, 30*time.Second, "client reaches server over HTTP", func() bool {
+		return strings.Contains(fetch(), "hello-calico")
+	})
+	if _, err := kube.RunKubectl(nil, "exec", "server", "--", "ping", "-c", "1", "-W", "2", ips["client"]); err != nil {
+		t.Errorf("server cannot ping client: %v", err)
+	}
+
+	// A Kubernetes NetworkPolicy, translated by the policy controller and
+	// enforced by the dataplane: the server admits only app=trusted.
+	policy := `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: server-ingress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+    - podSelector: {matchLabels: {app: trusted}}
+`
+	if _, err := kube.RunKubectl(strings.NewReader(policy), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "NetworkPolicy blocks client -> server", func() bool {
+		return !strings.Contains(fetch(), "hello-calico")
+	})
+	if _, err := kube.RunKubectl(nil, "exec", "server", "--", "ping", "-c", "1", "-W", "2", ips["client"]); err != nil {
+		t.Errorf("egress from the server (no egress policy) blocked: %v", err)
+	}
+	if _, err := kube.RunKubectl(nil, "label", "pod", "client", "app=trusted", "--overwrite"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "relabelled client admitted", func() bool {
+		return strings.Contains(fetch(), "hello-calico")
+	})
+	if _, err := kube.RunKubectl(nil, "delete", "networkpolicy", "server-ingress"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleting the pods releases every address (CNI DEL via kubelet).
+	deletePods(t, kube, "client", "server")
+	for name, ip := range ips {
+		waitFor(t, 30*time.Second, "address of "+name+" released", func() bool {
+			return strings.Contains(calicoctl("ipam", "show", "--ip="+ip), "is not assigned")
+		})
+	}
+	if out := calicoctl("ipam", "show"); !strings.Contains(out, "| 0 (0%)") {
+		t.Errorf("addresses still in use after the pods are gone:\n%s", out)
+	}
+	if out := calicoctl("ipam", "check"); !strings.Contains(out, "found 0 problems") {
+		t.Errorf("ipam check after delete:\n%s", out)
+	}
+	if links := caliLinks(t); len(links) != 0 {
+		t.Errorf("cali links left after the pods are gone: %v", links)
+	}
+	if err := agent.stop(); err != nil {
+		t.Errorf("agent exit: %v\n%s", err, agent.logs())
+	}
+}
+
+// createPod applies a busybox pod on the node with kubectl and returns
+// how long it took from the apply to phase Running.
+func createPod(t *testing.T, kube *kubetest.Cluster, name, labels string, command []string) time.Duration {
+	t.Helper()
+	var cmd strings.Builder
+	for i, c := range command {
+		if i > 0 {
+			cmd.WriteString(", ")
+		}
+		fmt.Fprintf(&cmd, "%q", c)
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default, labels: {%s}}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: %s, imagePullPolicy: Never, command: [%s]}
+`, name, labels, kubetest.NodeName, kubetest.TestImage, cmd.String())
+	start := time.Now()
+	if _, err := kube.RunKubectl(strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := start.Add(podWait)
+	for {
+		p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			out, _ := kube.RunKubectl(nil, "describe", "pod", name)
+			t.Fatalf("pod %s not Running after %s:\n%s", name, podWait, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func round(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
+func podIP(t *testing.T, kube *kubetest.Cluster, name string) string {
+	t.Helper()
+	p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || p.Status.PodIP == "" {
+		t.Fatalf("pod %s: no IP (%v)", name, err)
+	}
+	return p.Status.PodIP
+}
+
+func deletePods(t *testing.T, kube *kubetest.Cluster, names ...string) {
+	t.Helper()
+	if _, err := kube.RunKubectl(nil, append([]string{"delete", "pod", "--wait=true", "--timeout=60s"}, names...)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostState is what pods and the agent change on the host: cali links,
+// routes of Calico's protocol (80), cali-/KUBE-/CNI- chains, cali ipsets.
+func hostState(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "links: %v\n", caliLinks(t))
+	routes, _ := exec.Command("ip", "route", "show", "proto", "80").Output()
+	fmt.Fprintf(&b, "proto-80 routes: %q\n", routes)
+	var chains []string
+	for _, c := range kubetest.HostChains() {
+		f := strings.Fields(c)
+		if strings.HasPrefix(f[2], "cali") || strings.HasPrefix(f[2], "KUBE-") || strings.HasPrefix(f[2], "CNI-") {
+			chains = append(chains, c)
+		}
+	}
+	fmt.Fprintf(&b, "chains: %v\n", chains)
+	fmt.Fprintf(&b, "ipsets: %v\n", caliIPSets())
+	return b.String()
+}
+
+func caliLinks(t *testing.T) []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, i := range ifs {
+		if strings.HasPrefix(i.Name, "cali") {
+			out = append(out, i.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func caliIPSets() []string {
+	out, err := exec.Command("ipset", "list", "-n").Output()
+	if err != nil {
+		return nil
+	}
+	var sets []string
+	for _, s := range strings.Fields(string(out)) {
+		if strings.HasPrefix(s, "cali") {
+			sets = append(sets, s)
+		}
+	}
+	return sets
+}
+
+// removeAgentState deletes what the agent leaves for its next start, as
+// felix does: cali-* chains (and the jumps into them), cali ipsets and
+// the routes of protocol 80 (block blackholes).
+func removeAgentState() {
+	for _, c := range kubetest.HostChains() {
+		f := strings.Fields(c)
+		if strings.HasPrefix(f[2], "cali") {
+			kubetest.RemoveChain(f[0], f[1], f[2])
+		}
+	}
+	// Chains may reference each other: a second pass gets the rest.
+	for _, c := range kubetest.HostChains() {
+		f := strings.Fields(c)
+		if strings.HasPrefix(f[2], "cali") {
+			kubetest.RemoveChain(f[0], f[1], f[2])
+		}
+	}
+	for _, s := range caliIPSets() {
+		exec.Command("ipset", "destroy", s).Run()
+	}
+	exec.Command("ip", "route", "flush", "proto", "80").Run()
+}
+
+// agentProc is `calico-node run`.
+type agentProc struct {
+	cmd    *exec.Cmd
+	health string
+	mu     sync.Mutex
+	out    bytes.Buffer
+	done   chan error
+
+	stopOnce sync.Once
+	exitErr  error
+}
+
+func (a *agentProc) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.out.Write(p)
+}
+
+func (a *agentProc) logs() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.out.String()
+}
+
+func startAgent(t *testing.T, bin string, args []string, env ...string) *agentProc {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentProc{health: l.Addr().String(), done: make(chan error, 1)}
+	l.Close()
+	a.cmd = exec.Command(bin, append([]string{"run", "--health-addr", a.health}, args...)...)
+	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	a.cmd.Stdout, a.cmd.Stderr = a, a
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		a.stop()
+		if t.Failed() {
+			t.Logf("calico-node logs:\n%s", a.logs())
+		}
+		removeAgentState()
+	})
+	return a
+}
+
+func (a *agentProc) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-a.done:
+			a.done <- err
+			t.Fatalf("calico-node exited before ready: %v\n%s", err, a.logs())
+		default:
+		}
+		if resp, err := http.Get("http://" + a.health + "/readiness"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("calico-node not ready after 60s\n%s", a.logs())
+}
+
+// stop sends SIGTERM and waits; idempotent.
+func (a *agentProc) stop() error {
+	a.stopOnce.Do(func() {
+		a.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case a.exitErr = <-a.done:
+		case <-time.After(20 * time.Second):
+			a.cmd.Process.Kill()
+			a.exitErr = fmt.Errorf("no exit 20s after SIGTERM: %v", <-a.done)
+		}
+	})
+	return a.exitErr
+}
