@@ -17,7 +17,7 @@ RUN_ARGS ?=
 # Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379".
 DEMO_ARGS ?=
 
-.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni clean
+.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
 
 all: build
 
@@ -30,7 +30,7 @@ build:
 deps:
 	./scripts/deps.sh
 
-# kube-apiserver, kube-controller-manager and kubectl for the tests that
+# kube-apiserver, kube-controller-manager, kubectl and kubelet for the tests that
 # need a real control plane (package kubetest), built from the Go module
 # proxy once into ~/.cache/calico-node/kube-bin (CALICO_KUBE_BIN_DIR);
 # several minutes cold, nothing when cached. CALICO_KUBE_TESTS=skip skips.
@@ -63,6 +63,13 @@ bench-bgp: deps build
 # sets the pods per run (default 200).
 bench-cni: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkCNI -benchtime 1x -timeout 30m ./cni/
+
+# Policy dataplane: 1,000 local endpoints and 500 policies compiled and
+# programmed into a fresh namespace next to iptables-restore alone, and the
+# latency from a policy change in etcd to its rule in the kernel (root).
+# DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
+bench-dataplane: deps build
+	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

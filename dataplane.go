@@ -24,13 +24,27 @@ import (
 // and routeRefreshInterval default to 90s).
 const dataplaneResync = 90 * time.Second
 
+// refreshInterval is a FELIX_*REFRESHINTERVAL override, or def when it is
+// unset. Zero disables felix's periodic refresh; here a ticker needs a
+// positive period, so zero (or less) keeps def rather than never repairing
+// drift.
+func refreshInterval(d *api.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return def
+	}
+	return d.Duration
+}
+
 // addDataplane adds the felix-replacement actors to g: the workload
 // endpoints (host routes, veth sysctls) and policy (iptables, ipsets).
 // They program the network namespace the process runs in.
 func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, felixEnv *api.FelixConfigurationSpec, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
+	if felixEnv == nil {
+		felixEnv = &api.FelixConfigurationSpec{}
+	}
 	// Workload endpoints.
 	{
-		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, dataplaneResync, logger)
+		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, refreshInterval(felixEnv.RouteRefreshInterval, dataplaneResync), logger)
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
 			err := ep.Run(ctx)
@@ -68,7 +82,10 @@ func addDataplane(g *run.Group, parent context.Context, node string, w *confwatc
 	}
 	logger.Info("iptables backend", "mode", b4.Mode)
 	{
-		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, dataplaneResync, reg, logger)
+		// FELIX_IPTABLESREFRESHINTERVAL: how soon a rule deleted by hand
+		// is restored.
+		resync := refreshInterval(felixEnv.IptablesRefreshInterval, dataplaneResync)
+		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, resync, reg, logger)
 		pol.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {

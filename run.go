@@ -373,7 +373,11 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer nlh.Close()
-	routeTable := routes.New(nlh, dataplaneResync, logger)
+	routeResync := dataplaneResync
+	if fe := cfg.kube.felix.Spec; fe != nil {
+		routeResync = refreshInterval(fe.RouteRefreshInterval, dataplaneResync)
+	}
+	routeTable := routes.New(nlh, routeResync, logger)
 	if cfg.bgp.enabled {
 		routeTable.Expect(routes.SourceBGP)
 	}
