@@ -82,7 +82,8 @@ func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfa
 func (p *Policy) Run(ctx context.Context) error {
 	sub := p.watch.Subscribe(policyKinds...)
 	updates := sub.Updates(ctx)
-	tick := time.NewTicker(p.resync)
+	interval := p.resync
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	synced, dirty := false, false
 	backoff := time.Duration(0)
@@ -126,7 +127,37 @@ func (p *Policy) Run(ctx context.Context) error {
 			continue
 		}
 		dirty, backoff = false, 0
+		// FelixConfiguration's iptablesRefreshInterval may have changed.
+		if want := p.refreshInterval(); want != interval {
+			interval = want
+			tick.Reset(interval)
+			p.log.Info("iptables refresh interval", "interval", interval)
+		}
 	}
+}
+
+// refreshInterval is iptablesRefreshInterval with felix's precedence: the
+// FELIX_* environment, then FelixConfiguration node.<name>, then default,
+// then the constructor's value. Zero or less keeps the constructor's value
+// (felix reads 0 as "never"; a periodic repair is kept here).
+func (p *Policy) refreshInterval() time.Duration {
+	pick := func(spec *api.FelixConfigurationSpec) (time.Duration, bool) {
+		if spec == nil || spec.IptablesRefreshInterval == nil || spec.IptablesRefreshInterval.Duration <= 0 {
+			return 0, false
+		}
+		return spec.IptablesRefreshInterval.Duration, true
+	}
+	if d, ok := pick(p.Overrides); ok {
+		return d
+	}
+	for _, name := range []string{"node." + p.node, "default"} {
+		if o, ok := p.objs[confwatch.Key{Kind: "FelixConfiguration", Name: name}].(*api.FelixConfiguration); ok {
+			if d, ok := pick(&o.Spec); ok {
+				return d
+			}
+		}
+	}
+	return p.resync
 }
 
 func (p *Policy) apply(ups []confwatch.Update) {
