@@ -1,15 +1,12 @@
 package cni_test
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
 	"testing"
 
+	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +38,7 @@ func TestMain(m *testing.M) {
 		cleanupReferencePlugins()
 		os.Exit(code)
 	case os.Geteuid() == 0:
-		os.Exit(reexecInNodeNetNS())
+		os.Exit(netnstest.Reexec(nodeNetNSEnv))
 	default:
 		// Without root the namespace tests skip themselves.
 		os.Exit(m.Run())
@@ -56,36 +53,6 @@ func requireNode(t testing.TB) {
 	if !inNodeNetNS() {
 		t.Skip("needs root: runs in private network namespaces")
 	}
-}
-
-func reexecInNodeNetNS() int {
-	cmd := exec.Command(os.Args[0], os.Args[1:]...)
-	cmd.Env = append(os.Environ(), nodeNetNSEnv+"=1")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "run tests in a private network namespace:", err)
-		return 1
-	}
-	// Pass interrupts on so that the child's cleanups (etcd, namespaces)
-	// run.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		for s := range sigs {
-			cmd.Process.Signal(s)
-		}
-	}()
-	err := cmd.Wait()
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
-		return exitErr.ExitCode()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
 
 // setupNode gives the node namespace what a node has: loopback, an

@@ -1,0 +1,45 @@
+package netnstest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+)
+
+// Reexec runs this test binary again, with the same arguments, in a new
+// private network namespace that dies with it, and returns the child's exit
+// code. env (set to "1" in the child) tells the child it is the re-executed
+// one. A TestMain calls it when running as root, so that a package's tests
+// play a whole node without touching the machine's own namespace.
+func Reexec(env string) int {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "run tests in a private network namespace:", err)
+		return 1
+	}
+	// Pass interrupts on so that the child's cleanups (processes, pod
+	// namespaces) run.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for s := range sigs {
+			cmd.Process.Signal(s)
+		}
+	}()
+	err := cmd.Wait()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		return exitErr.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
