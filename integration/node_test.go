@@ -35,6 +35,7 @@ import (
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/projectcalico/calico-node/testbin"
 )
 
@@ -165,10 +166,11 @@ func (n *node) startAgent(t testing.TB) {
 		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
 	p.cmd.Stdout, p.cmd.Stderr = &p.logs, &p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	waited, err := netnstest.StartPinned(p.cmd) // Pdeathsig-safe
+	if err != nil {
 		t.Fatalf("start calico-node: %v", err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	go func() { <-waited; close(p.done) }()
 	n.t.Cleanup(func() {
 		p.kill()
 		if n.t.Failed() {

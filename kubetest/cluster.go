@@ -29,6 +29,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/netnstest"
 )
 
 const (
@@ -395,12 +396,15 @@ func startProcess(bin, dir, name string, args ...string) (*process, error) {
 	// before the cleanup does; Pdeathsig ends it if the test process dies
 	// without cleaning up (a test timeout panics past t.Cleanup).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Started from a pinned thread: see netnstest.StartPinned for why
+	// Pdeathsig needs it.
+	done, err := netnstest.StartPinned(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
-		cmd.Wait()
+		<-done
 		close(p.exited)
 	}()
 	return p, nil

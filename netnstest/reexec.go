@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 )
 
@@ -42,4 +43,29 @@ func Reexec(env string) int {
 		return 1
 	}
 	return 0
+}
+
+// StartPinned starts cmd from an OS thread that stays alive, locked and
+// waiting, until cmd exits, and returns cmd.Wait's result on done. Linux
+// delivers Pdeathsig when the *thread* that forked the child ends, and Go
+// ends threads whose goroutine exited while locked (as namespace-switching
+// code does): a child started from such a thread would be killed at random.
+// Pinning the forking thread makes Pdeathsig mean "the test process died".
+func StartPinned(cmd *exec.Cmd) (done <-chan error, err error) {
+	ch := make(chan error, 1)
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		ch <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return ch, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/projectcalico/calico-node/testbin"
 )
 
@@ -406,10 +407,11 @@ func startAgent(t *testing.T, bin string, args []string, env ...string) *agentPr
 	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	a.cmd.Stdout, a.cmd.Stderr = a, a
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
+	waited, err := netnstest.StartPinned(a.cmd) // Pdeathsig-safe
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { a.done <- a.cmd.Wait() }()
+	go func() { a.done <- <-waited }()
 	t.Cleanup(func() {
 		a.stop()
 		if t.Failed() {
