@@ -6,7 +6,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath \
+RUN CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_docs \
       -ldflags "-s -w -X github.com/projectcalico/calico-node/buildinfo.Version=${VERSION}" \
       -o /out/calico-node .
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"time"
 
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,32 +18,20 @@ import (
 	"github.com/projectcalico/calico-node/xtables"
 )
 
-// dataplaneResync is how often the dataplane actors re-read the kernel and
-// repair drift even when nothing changed (felix's iptablesRefreshInterval
-// and routeRefreshInterval default to 90s).
-const dataplaneResync = 90 * time.Second
-
-// refreshInterval is a FELIX_*REFRESHINTERVAL override, or def when it is
-// unset. Zero disables felix's periodic refresh; here a ticker needs a
-// positive period, so zero (or less) keeps def rather than never repairing
-// drift.
-func refreshInterval(d *api.Duration, def time.Duration) time.Duration {
-	if d == nil || d.Duration <= 0 {
-		return def
-	}
-	return d.Duration
-}
+// dataplaneResync is how often the overlay re-reads the kernel and repairs
+// drift even when nothing changed (Felix's default refresh interval).
+const dataplaneResync = agent.DefaultRefreshInterval
 
 // addDataplane adds the felix-replacement actors to g: the workload
 // endpoints (host routes, veth sysctls) and policy (iptables, ipsets).
-// They program the network namespace the process runs in.
-func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, felixEnv *api.FelixConfigurationSpec, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
-	if felixEnv == nil {
-		felixEnv = &api.FelixConfigurationSpec{}
-	}
+// They program the network namespace the process runs in. felixEnv are
+// the FELIX_* settings (may be nil); fc applies routeRefreshInterval to
+// the endpoints actor.
+func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, fc *agent.FelixConfig, felixEnv *api.FelixConfigurationSpec, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
 	// Workload endpoints.
 	{
-		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, refreshInterval(felixEnv.RouteRefreshInterval, dataplaneResync), logger)
+		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), logger)
+		fc.AddRouteRefresher(ep)
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {
 			err := ep.Run(ctx)
@@ -82,10 +69,11 @@ func addDataplane(g *run.Group, parent context.Context, node string, w *confwatc
 	}
 	logger.Info("iptables backend", "mode", b4.Mode)
 	{
-		// FELIX_IPTABLESREFRESHINTERVAL: how soon a rule deleted by hand
-		// is restored.
-		resync := refreshInterval(felixEnv.IptablesRefreshInterval, dataplaneResync)
-		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, resync, reg, logger)
+		// iptablesRefreshInterval (how soon a rule deleted by hand is
+		// restored) is read by the actor from the merged configuration:
+		// the default applies when neither FELIX_* nor the datastore
+		// sets it.
+		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, agent.DefaultRefreshInterval, reg, logger)
 		pol.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 		ctx, cancel := context.WithCancel(parent)
 		g.Add(func() error {

@@ -6,8 +6,8 @@
 //	calicoctl    the CLI
 //	anything else: the `calico-node` app (run, ctl, status, version)
 //
-// Keep this file and everything it imports cheap at package init: the CNI
-// plugin path is latency-critical and pays for every init() linked in.
+// The CNI plugin path is latency-critical: it runs from package cnientry's
+// init, so it pays only for initialising what the cni package imports.
 package main
 
 import (
@@ -16,6 +16,9 @@ import (
 	"path/filepath"
 
 	"github.com/projectcalico/calico-node/cni"
+	// The CNI plugins run (and exit) from this package's init, before the
+	// packages only the agent and CLI need are initialised.
+	_ "github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/ctl"
 )
 

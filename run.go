@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/vishvananda/netlink"
 
+	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/autodetect"
 	"github.com/projectcalico/calico-node/bgp"
@@ -41,12 +42,16 @@ import (
 
 // runConfig is everything `calico-node run` is told by flags and env.
 type runConfig struct {
-	etcd          datastore.Config
-	dataDir       string
-	embedClient   string
-	embedPeer     string
-	healthAddr    string
-	logLevel      slog.Level
+	etcd        datastore.Config
+	dataDir     string
+	embedClient string
+	embedPeer   string
+	healthAddr  string
+	logLevel    slog.Level
+	// logLevelSet: the level came from --log-level, CALICO_LOG_LEVEL or
+	// FELIX_LOGSEVERITYSCREEN, and outranks FelixConfiguration's
+	// logSeverityScreen.
+	logLevelSet   bool
 	node          startup.Config
 	startupBudget time.Duration
 	bgp           bgpConfig
@@ -78,7 +83,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
 			&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
 			&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
-			&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error"},
+			&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error (default: FelixConfiguration logSeverityScreen, else info)"},
 			&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
 			&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
 			&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
@@ -109,8 +114,12 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
-			return runNode(c.Context, cfg, logger)
+			// One level for every logger of the process; FelixConfiguration
+			// may change it at runtime (agent.FelixConfig).
+			level := new(slog.LevelVar)
+			level.Set(cfg.logLevel)
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			return runNode(c.Context, cfg, logger, level)
 		},
 	}
 }
@@ -145,11 +154,12 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		}
 		cfg.healthAddr = host + ":" + port
 	}
-	lvl, err := parseLogLevel(c.String("log-level"))
+	lvl, err := agent.ParseLogLevel(c.String("log-level"))
 	if err != nil {
 		return cfg, err
 	}
 	cfg.logLevel = lvl
+	cfg.logLevelSet = c.IsSet("log-level")
 
 	name, err := startup.NodeName(c.String("nodename"), getenv)
 	if err != nil {
@@ -219,20 +229,6 @@ func parseBool(name, v string) (bool, error) {
 	return b, nil
 }
 
-func parseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "", "info":
-		return slog.LevelInfo, nil
-	case "warn", "warning":
-		return slog.LevelWarn, nil
-	case "error", "fatal", "panic", "critical":
-		return slog.LevelError, nil
-	}
-	return 0, fmt.Errorf("unknown log level %q (debug, info, warning, error)", s)
-}
-
 // datastoreFuture hands the connected store from the startup actor to the
 // actors that need it, once node registration is done.
 type datastoreFuture struct {
@@ -250,8 +246,9 @@ func (f *datastoreFuture) wait(ctx context.Context) (*datastore.Store, error) {
 }
 
 // runNode is the one run.Group of `calico-node run`. The first actor to
-// return stops all the others.
-func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
+// return stops all the others. level is logger's level, which
+// FelixConfiguration's logSeverityScreen steers unless cfg.logLevelSet.
+func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) error {
 	logger.Info("starting", "version", buildinfo.String(), "node", cfg.node.NodeName)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -373,11 +370,10 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer nlh.Close()
-	routeResync := dataplaneResync
-	if fe := cfg.kube.felix.Spec; fe != nil {
-		routeResync = refreshInterval(fe.RouteRefreshInterval, dataplaneResync)
-	}
-	routeTable := routes.New(nlh, routeResync, logger)
+	// Until FelixConfiguration is read, the environment's (or Felix's
+	// default) routeRefreshInterval.
+	envRefresh := agent.RouteRefreshInterval(cfg.kube.felix.Spec)
+	routeTable := routes.New(nlh, envRefresh, logger)
 	if cfg.bgp.enabled {
 		routeTable.Expect(routes.SourceBGP)
 	}
@@ -396,6 +392,17 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 			logger.Info("route table stopped")
 			return err
 		}, func(error) { cancel() })
+	}
+	// FelixConfiguration settings applied at runtime: logSeverityScreen
+	// (the log level) and routeRefreshInterval (the route table's and the
+	// endpoints' resync); the policy actor reads its own settings.
+	felixOpts := agent.FelixConfigOptions{Node: cfg.node.NodeName, Env: cfg.kube.felix.Spec}
+	if !cfg.logLevelSet {
+		felixOpts.Level = level // flag and environment outrank the datastore
+	}
+	felixCfg := agent.NewFelixConfig(felixOpts, w, logger)
+	if cfg.bgp.enabled || cfg.dataplane {
+		felixCfg.AddRouteRefresher(routeTable)
 	}
 	// BGP: the speaker that replaces BIRD and confd (sessions, export of
 	// this node's blocks, learned routes into routeTable).
@@ -424,7 +431,7 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 	// The dataplane: workload routes and sysctls, blackholes for our
 	// blocks, policy in iptables/ipsets (dataplane.go), and the overlays.
 	if cfg.dataplane {
-		if err := addDataplane(&g, parent, cfg.node.NodeName, w, routeTable, cfg.kube.felix.Spec, future, reg, logger); err != nil {
+		if err := addDataplane(&g, parent, cfg.node.NodeName, w, routeTable, felixCfg, cfg.kube.felix.Spec, future, reg, logger); err != nil {
 			return err
 		}
 		sub := w.Subscribe(overlay.Kinds()...)
@@ -441,6 +448,16 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger) error {
 				Kernel: nlh, Routes: routeTable, Health: rep,
 			}).Run(ctx)
 			logger.Info("overlay stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// The FelixConfig actor, added after addDataplane has registered the
+	// endpoints actor with it.
+	{
+		ctx, cancel := context.WithCancel(parent)
+		g.Add(func() error {
+			err := felixCfg.Run(ctx)
+			logger.Info("felixconfig stopped")
 			return err
 		}, func(error) { cancel() })
 	}

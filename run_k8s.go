@@ -11,7 +11,6 @@ import (
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -20,6 +19,7 @@ import (
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/felixenv"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/kube"
 )
 
 // kubeConfig is the Kubernetes side of `calico-node run`: install-cni, the
@@ -177,7 +177,8 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 		}
 		// client-go logs through klog; send it where everything else goes.
 		klog.SetSlogLogger(logger.With("component", "client-go"))
-		kube, err := kubernetes.NewForConfig(restCfg)
+		// Not client-go's clientset: see package kube.
+		kc, err := kube.New(restCfg)
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
@@ -193,7 +194,7 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 				Identity:       cfg.node.NodeName,
 				Logger:         logger,
 				Registerer:     reg,
-			}, kube, store, ipam.New(store.Etcd(), store, logger.With("component", "ipam")))
+			}, kc, store, ipam.New(store.Etcd(), store, logger.With("component", "ipam")))
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,13 +36,32 @@ func freePort(t *testing.T) int {
 type nodeProc struct {
 	cmd    *exec.Cmd
 	health string
-	logs   *bytes.Buffer
+	logs   *logBuffer
 	done   chan error
+}
+
+// logBuffer collects a process's output; tests may read it while the
+// process still writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	t.Helper()
-	a := &nodeProc{health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	a := &nodeProc{health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &logBuffer{}, done: make(chan error, 1)}
 	a.cmd = exec.Command(testbin.Path(t), append([]string{"run", "--health-addr", a.health}, args...)...)
 	// These agents share the test's own network namespace and addresses
 	// that are not there: no BGP speaker (it would listen on the host's

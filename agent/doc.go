@@ -10,6 +10,13 @@
 //
 //	confwatch ──WorkloadEndpoints──► Endpoints ──routes──► routes.Table (source "workloads")
 //	                                          └──sysctls──► /proc/sys/net/.../cali*
+//	confwatch ──FelixConfiguration──► FelixConfig ──logSeverityScreen──► slog.LevelVar
+//	                                             └──routeRefreshInterval──► routes.Table, Endpoints
 //
-// Thread safety: each actor's state is owned by its Run goroutine.
+// FelixConfiguration is merged in one place (FelixSpec: default, then
+// node.<name>, then the FELIX_* environment, field by field); FelixConfig
+// and Policy both read their settings from that merge.
+//
+// Thread safety: each actor's state is owned by its Run goroutine;
+// SetRefreshInterval may be called from any goroutine.
 package agent

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/projectcalico/calico-node/api"
@@ -34,9 +35,12 @@ type Endpoints struct {
 	sink    RouteSink
 	sysctl  SysctlWriter
 	log     *slog.Logger
-	resync  time.Duration
 	weps    map[confwatch.Key]*api.WorkloadEndpoint // owned by Run
 	applied map[string]bool                         // interfaces whose sysctls are set
+
+	mu      sync.Mutex
+	refresh time.Duration // periodic re-assertion; 0: none
+	retimed chan struct{} // 1-slot: refresh changed
 }
 
 // SysctlWriter writes one sysctl, e.g. ("net/ipv4/conf/cali1/proxy_arp", "1").
@@ -48,24 +52,68 @@ func ProcSysctl(path, value string) error {
 	return os.WriteFile(filepath.Join("/proc/sys", path), []byte(value), 0o644)
 }
 
-// NewEndpoints builds the actor for node.
-func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWriter, resync time.Duration, logger *slog.Logger) *Endpoints {
+// NewEndpoints builds the actor for node. refresh is how often the host
+// veth sysctls are re-asserted and the routes re-published
+// (routeRefreshInterval); 0 or less: never.
+func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWriter, refresh time.Duration, logger *slog.Logger) *Endpoints {
 	return &Endpoints{
-		node: node, watch: watch, sink: sink, sysctl: sysctl, resync: resync,
+		node: node, watch: watch, sink: sink, sysctl: sysctl, refresh: max(refresh, 0),
 		log:     logger.With("component", "endpoints"),
 		weps:    map[confwatch.Key]*api.WorkloadEndpoint{},
 		applied: map[string]bool{},
+		retimed: make(chan struct{}, 1),
 	}
 }
 
-// Run follows the WorkloadEndpoints until ctx is done.
+// SetRefreshInterval changes the refresh period at runtime (0 or less:
+// none). Safe from any goroutine.
+func (e *Endpoints) SetRefreshInterval(d time.Duration) {
+	e.mu.Lock()
+	e.refresh = max(d, 0)
+	e.mu.Unlock()
+	select {
+	case e.retimed <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Endpoints) refreshInterval() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.refresh
+}
+
+// Run follows the WorkloadEndpoints until ctx is done. A host veth that
+// does not exist yet when its endpoint arrives is retried with backoff,
+// independent of the refresh (which may be off).
 func (e *Endpoints) Run(ctx context.Context) error {
 	sub := e.watch.Subscribe("WorkloadEndpoint")
 	updates := sub.Updates(ctx)
-	tick := time.NewTicker(e.resync)
-	defer tick.Stop()
+	var tick *time.Ticker
+	var tickC <-chan time.Time
+	retime := func() {
+		if tick != nil {
+			tick.Stop()
+			tick, tickC = nil, nil
+		}
+		if d := e.refreshInterval(); d > 0 {
+			tick = time.NewTicker(d)
+			tickC = tick.C
+		}
+	}
+	retime()
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
 	synced := false
+	missingBackoff := time.Duration(0)
 	for {
+		var missing <-chan time.Time
+		if missingBackoff > 0 {
+			missing = time.After(missingBackoff)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -75,14 +123,23 @@ func (e *Endpoints) Run(ctx context.Context) error {
 			}
 			e.apply(ups)
 			synced = true
-		case <-tick.C:
-			// Interfaces may appear after their endpoint (or be recreated):
-			// re-apply sysctls on the resync timer.
+		case <-e.retimed:
+			retime()
+			continue
+		case <-tickC:
+			// Re-assert every interface's sysctls: a hand edit does not
+			// stick, and a recreated veth gets its settings back.
 			clear(e.applied)
+		case <-missing:
 		}
-		if synced {
-			e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), e.log))
-			e.applySysctls()
+		if !synced {
+			continue
+		}
+		e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), e.log))
+		if e.applySysctls() {
+			missingBackoff = min(max(2*missingBackoff, 200*time.Millisecond), 10*time.Second)
+		} else {
+			missingBackoff = 0
 		}
 	}
 }
@@ -113,7 +170,9 @@ func (e *Endpoints) local() []*api.WorkloadEndpoint {
 	return out
 }
 
-func (e *Endpoints) applySysctls() {
+// applySysctls sets the sysctls of the interfaces not done yet and reports
+// whether any interface was missing.
+func (e *Endpoints) applySysctls() (missing bool) {
 	for _, w := range e.local() {
 		iface := w.Spec.InterfaceName
 		if iface == "" || e.applied[iface] {
@@ -121,13 +180,15 @@ func (e *Endpoints) applySysctls() {
 		}
 		if err := ApplyHostVethSysctls(e.sysctl, iface); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				continue // veth not there (yet): retried on the next resync
+				missing = true // veth not there (yet): retried
+				continue
 			}
 			e.log.Warn("host veth sysctls", "iface", iface, "err", err)
 			continue
 		}
 		e.applied[iface] = true
 	}
+	return missing
 }
 
 // WorkloadRoutes is the pure part: a /32 or /128 route per address of each

@@ -134,3 +134,73 @@ func TestEndpointsActor(t *testing.T) {
 		}
 	}
 }
+
+// The endpoints actor re-asserts host veth sysctls on its refresh
+// (routeRefreshInterval), not at all when the refresh is 0, and follows a
+// change of the interval at runtime. A veth that appears after its
+// endpoint gets its sysctls whether or not the refresh runs.
+func TestEndpointsRefresh(t *testing.T) {
+	tests := []struct {
+		name     string
+		initial  time.Duration
+		later    time.Duration // set at runtime; -1: no change
+		reassert bool          // cali1's sysctls written again after the first pass
+	}{
+		{"short refresh re-asserts", 50 * time.Millisecond, -1, true},
+		{"zero never re-asserts", 0, -1, false},
+		{"turned on at runtime", 0, 50 * time.Millisecond, true},
+		{"turned off at runtime", 50 * time.Millisecond, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &fakeSource{events: make(chan datastore.Event, 10)}
+			w := confwatch.New(src, quiet(), nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go w.Run(ctx)
+			var mu sync.Mutex
+			writes := map[string]int{}
+			vethUp := false
+			sysctl := func(path, value string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if path == "net/ipv4/conf/cali2/proxy_arp" && !vethUp {
+					return os.ErrNotExist
+				}
+				writes[path]++
+				return nil
+			}
+			count := func(path string) int {
+				mu.Lock()
+				defer mu.Unlock()
+				return writes[path]
+			}
+			s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
+			e := NewEndpoints("n1", w, s, sysctl, tc.initial, quiet())
+			go e.Run(ctx)
+			s.wait(t, "10.0.0.1/32@cali1 ")
+			if tc.later >= 0 {
+				e.SetRefreshInterval(tc.later)
+			}
+			// The endpoint of a veth that is not there yet.
+			src.events <- datastore.Event{Type: datastore.Added, Object: wep("n1", "b", "cali2", 10, "10.0.0.2/32"), Revision: 10}
+			s.wait(t, "10.0.0.1/32@cali1 10.0.0.2/32@cali2 ")
+			time.Sleep(100 * time.Millisecond) // a change in flight settles
+			before := count("net/ipv4/conf/cali1/proxy_arp")
+			mu.Lock()
+			vethUp = true
+			mu.Unlock()
+			time.Sleep(500 * time.Millisecond)
+			if got := count("net/ipv4/conf/cali1/proxy_arp") > before; got != tc.reassert {
+				t.Errorf("cali1 sysctls re-asserted within 500ms = %v, want %v", got, tc.reassert)
+			}
+			deadline := time.Now().Add(3 * time.Second)
+			for count("net/ipv4/conf/cali2/proxy_arp") == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if count("net/ipv4/conf/cali2/proxy_arp") == 0 {
+				t.Error("sysctls of a late veth never written")
+			}
+		})
+	}
+}

@@ -114,6 +114,9 @@ func (p *Policy) Run(ctx context.Context) error {
 				}
 			}
 		case <-tick.C:
+			// The periodic resync re-reads the kernel: between resyncs the
+			// programmers diff against what they last wrote.
+			p.invalidate()
 			dirty = synced
 		case <-retry:
 		}
@@ -136,26 +139,14 @@ func (p *Policy) Run(ctx context.Context) error {
 	}
 }
 
-// refreshInterval is iptablesRefreshInterval with felix's precedence: the
-// FELIX_* environment, then FelixConfiguration node.<name>, then default,
-// then the constructor's value. Zero or less keeps the constructor's value
-// (felix reads 0 as "never"; a periodic repair is kept here).
+// refreshInterval is iptablesRefreshInterval as merged by FelixSpec (the
+// FELIX_* environment over node.<name> over default), else the
+// constructor's value. Zero or less keeps the constructor's value (felix
+// reads 0 as "never"; a periodic repair is kept here).
 func (p *Policy) refreshInterval() time.Duration {
-	pick := func(spec *api.FelixConfigurationSpec) (time.Duration, bool) {
-		if spec == nil || spec.IptablesRefreshInterval == nil || spec.IptablesRefreshInterval.Duration <= 0 {
-			return 0, false
-		}
-		return spec.IptablesRefreshInterval.Duration, true
-	}
-	if d, ok := pick(p.Overrides); ok {
-		return d
-	}
-	for _, name := range []string{"node." + p.node, "default"} {
-		if o, ok := p.objs[confwatch.Key{Kind: "FelixConfiguration", Name: name}].(*api.FelixConfiguration); ok {
-			if d, ok := pick(&o.Spec); ok {
-				return d
-			}
-		}
+	spec := FelixSpec(p.objs, p.node, p.Overrides)
+	if d := spec.IptablesRefreshInterval; d != nil && d.Duration > 0 {
+		return d.Duration
 	}
 	return p.resync
 }
@@ -176,7 +167,6 @@ func (p *Policy) apply(ups []confwatch.Update) {
 // Snapshot assembles the compiler input from the cache.
 func (p *Policy) Snapshot() *policy.Snapshot {
 	s := &policy.Snapshot{Node: p.node}
-	var felixDefault, felixNode *api.FelixConfigurationSpec
 	keys := make([]confwatch.Key, 0, len(p.objs))
 	for k := range p.objs {
 		keys = append(keys, k)
@@ -202,17 +192,22 @@ func (p *Policy) Snapshot() *policy.Snapshot {
 			s.Tiers = append(s.Tiers, *o)
 		case *api.IPPool:
 			s.IPPools = append(s.IPPools, *o)
-		case *api.FelixConfiguration:
-			switch o.Name {
-			case "default":
-				felixDefault = &o.Spec
-			case "node." + p.node:
-				felixNode = &o.Spec
-			}
 		}
 	}
-	s.Config = policy.ConfigFromFelix(felixDefault, felixNode, p.Overrides)
+	felix := FelixSpec(p.objs, p.node, p.Overrides)
+	s.Config = policy.ConfigFromFelix(&felix)
 	return s
+}
+
+// invalidator is an Applier that caches what it last wrote.
+type invalidator interface{ Invalidate() }
+
+func (p *Policy) invalidate() {
+	for _, a := range []Applier{p.v4, p.v6} {
+		if inv, ok := a.(invalidator); ok {
+			inv.Invalidate()
+		}
+	}
 }
 
 func (p *Policy) program(ctx context.Context) error {

@@ -362,6 +362,21 @@ egress: [{action: Allow}]`), []string{
 			`spec.types[1]: "Egress" cannot be used in a preDNAT policy`,
 			"spec.applyOnForward: must be true when doNotTrack or preDNAT is true",
 		}},
+		{"gnp doNotTrack needs applyOnForward", doc("GlobalNetworkPolicy", "name: p", `
+doNotTrack: true
+ingress: [{action: Allow}]`), []string{
+			"spec.applyOnForward: must be true when doNotTrack or preDNAT is true",
+		}},
+		{"gnp doNotTrack", doc("GlobalNetworkPolicy", "name: p", `
+doNotTrack: true
+applyOnForward: true
+types: [Ingress, Egress]
+ingress: [{action: Allow}]
+egress: [{action: Deny}]`), nil},
+		{"gnp preDNAT ingress", doc("GlobalNetworkPolicy", "name: p", `
+preDNAT: true
+applyOnForward: true
+ingress: [{action: Deny, protocol: TCP, destination: {ports: ["30000:32767"]}}]`), nil},
 		{"bad names", doc("GlobalNetworkPolicy", "name: a.b.c", "tier: Security"), []string{
 			`metadata.name: "a.b.c" is not a valid policy name: use lower-case letters, digits and '-' (optionally prefixed by "<tier>.")`,
 			`spec.tier: "Security" is not a valid name: use lower-case letters, digits and '-', starting and ending with a letter or digit`,

@@ -37,8 +37,23 @@ func ipamRequestFromConf(c *netConf) ipamRequest {
 }
 
 // calicoAssign allocates the container's addresses in-process with Calico
-// IPAM. It is all or nothing: on error the handle holds nothing.
-func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabels map[string]string) (_ []netip.Prefix, err error) {
+// IPAM. It is all or nothing: on error the handle holds nothing, as far as
+// etcd can still be told.
+//
+// Two cases need more than ipam's own all-or-nothing:
+//   - Addresses the handle already holds are left over from an earlier ADD
+//     of this container that failed while etcd was away, so that its undo
+//     could not release them (the CNI spec allows no second ADD without a
+//     DEL otherwise). The request replaces them (Replace) instead of
+//     adding to them, so the retried ADD does not leak the first address
+//     for the pod's whole life; Calico leaves them to the DEL or to IPAM
+//     garbage collection.
+//   - When the connection to etcd fails during the write, etcd may have
+//     applied it. The handle is then released, best effort, so that a
+//     broken connection to a healthy etcd leaves nothing behind; when
+//     etcd itself is gone the release fails too and the runtime's DEL or
+//     the retried ADD cleans up.
+func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabels map[string]string) ([]netip.Prefix, error) {
 	store, err := inv.datastore(ctx)
 	if err != nil {
 		return nil, err
@@ -58,18 +73,22 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
 	defer unlock()
+	release := func(why string) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		if rerr := client.ReleaseByHandle(rctx, handle); rerr != nil {
+			inv.logger.Warn("undo: release addresses", "handle", handle, "why", why, "err", rerr)
+		}
+	}
 
 	if len(req.ips) > 0 {
 		var out []netip.Prefix
-		defer func() {
-			if err != nil && len(out) > 0 {
-				if rerr := client.ReleaseByHandle(context.WithoutCancel(ctx), handle); rerr != nil {
-					inv.logger.Warn("undo: release requested addresses", "handle", handle, "err", rerr)
+		for i, ip := range req.ips {
+			err := client.AssignIP(ctx, ipam.AssignIPArgs{IP: ip, HandleID: handle, Node: inv.node, Attrs: attrs, Replace: i == 0})
+			if err != nil {
+				if len(out) > 0 || isUnavailable(err) {
+					release("requested address failed")
 				}
-			}
-		}()
-		for _, ip := range req.ips {
-			if err := client.AssignIP(ctx, ipam.AssignIPArgs{IP: ip, HandleID: handle, Node: inv.node, Attrs: attrs}); err != nil {
 				return nil, ipamError(fmt.Errorf("assign requested address %s: %w", ip, err))
 			}
 			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
@@ -86,14 +105,16 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 		IPv6Pools:       req.v6Pools,
 		Attrs:           attrs,
 		NamespaceLabels: nsLabels,
+		Replace:         true,
 	})
 	if err != nil {
+		if isUnavailable(err) {
+			release("etcd failed during the allocation")
+		}
 		return nil, ipamError(fmt.Errorf("assign addresses for %s: %w", handle, err))
 	}
 	if len(v4) < req.num4 || len(v6) < req.num6 {
-		if rerr := client.ReleaseByHandle(context.WithoutCancel(ctx), handle); rerr != nil {
-			inv.logger.Warn("undo: release partial allocation", "handle", handle, "err", rerr)
-		}
+		release("partial allocation")
 		return nil, fmt.Errorf("assign addresses for %s: got %d IPv4 and %d IPv6, want %d and %d", handle, len(v4), len(v6), req.num4, req.num6)
 	}
 	return append(v4, v6...), nil

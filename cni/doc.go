@@ -85,7 +85,10 @@
 // single namespace switch (for the pod's sysctls; it also opens a netlink
 // socket inside the pod used for the rest). Every step of ADD registers its
 // undo, run in reverse when a later step fails: a failed ADD leaves no
-// address, veth or endpoint. DEL deletes the endpoint (a Kubernetes one only
+// address, veth or endpoint, except what etcd accepted before it went away
+// (the undo cannot reach it either); the runtime's DEL releases that, and
+// so does a retried ADD of the same container, whose allocation replaces
+// whatever its handle still holds. DEL deletes the endpoint (a Kubernetes one only
 // if it still names this container), the pod's interface and the addresses
 // concurrently, and treats anything already gone as done. CHECK compares
 // the pod interface, addresses, routes, host veth and routes, and the

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -15,7 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/projectcalico/calico-node/api"
@@ -78,10 +82,53 @@ func (p *podInfo) annotation(key string) string {
 	return p.NSAnnotations[key]
 }
 
-// k8sClient builds a CoreV1 client the way Calico's plugin does: the
+// k8sAPI reads core/v1 objects with plain GETs. The plugin needs three
+// reads and nothing else; client-go's typed clients would link its whole
+// scheme, whose package init every CNI invocation would pay for.
+type k8sAPI struct {
+	host   string
+	client *http.Client
+}
+
+// get reads /api/v1/<path> into out; an API error comes back as an
+// *apierrors.StatusError so callers classify it with apierrors.Is*.
+func (k *k8sAPI) get(ctx context.Context, resource, name, path string, out any) error {
+	u, err := url.JoinPath(k.host, "/api/v1/", path)
+	if err != nil {
+		return fmt.Errorf("kubernetes API URL %q: %w", k.host, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read %s %s: %w", resource, name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var st metav1.Status
+		if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Code != 0 {
+			return &apierrors.StatusError{ErrStatus: st}
+		}
+		return apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodGet,
+			schema.GroupResource{Resource: resource}, name, string(body), 0, true)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decode %s %s: %w", resource, name, err)
+	}
+	return nil
+}
+
+// k8sClient builds an API client the way Calico's plugin does: the
 // kubeconfig file, overridden by the policy section's API root,
 // credentials and CA, and by kubernetes.k8s_api_root.
-func k8sClient(c *netConf) (*corev1client.CoreV1Client, error) {
+func k8sClient(c *netConf) (*k8sAPI, error) {
 	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubernetes.Kubeconfig}
 	overrides := &clientcmd.ConfigOverrides{}
 	// Old configs carried the full ".../api/v1/" path.
@@ -120,11 +167,18 @@ func k8sClient(c *netConf) (*corev1client.CoreV1Client, error) {
 	// Two reads per ADD: the client-side rate limiter only adds latency.
 	cfg.QPS, cfg.Burst = 1000, 1000
 	cfg.UserAgent = "calico-cni"
-	client, err := corev1client.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, configError("kubernetes", "%v", err)
 	}
-	return client, nil
+	hc.Timeout = k8sRequestTimeout
+	// Resolves a scheme-less host as client-go does (https with TLS
+	// settings, else http).
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return nil, configError("kubernetes", "%v", err)
+	}
+	return &k8sAPI{host: base.String(), client: hc}, nil
 }
 
 // fetchPodInfo reads the pod and its namespace concurrently (two round
@@ -139,13 +193,15 @@ func fetchPodInfo(ctx context.Context, c *netConf, namespace, name string) (*pod
 	nsDone := make(chan error, 1)
 	var nsAnnotations, nsLabels map[string]string
 	go func() {
-		ns, err := client.Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		var ns corev1.Namespace
+		err := client.get(ctx, "namespaces", namespace, "namespaces/"+url.PathEscape(namespace), &ns)
 		if err == nil {
 			nsAnnotations, nsLabels = ns.Annotations, ns.Labels
 		}
 		nsDone <- err
 	}()
-	pod, err := client.Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	pod := &corev1.Pod{}
+	err = client.get(ctx, "pods", name, "namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name), pod)
 	nsErr := <-nsDone
 	if err != nil {
 		return nil, k8sError("read pod "+namespace+"/"+name, err)
@@ -176,7 +232,8 @@ func fetchPodCIDRs(ctx context.Context, c *netConf, node string) ([]string, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, k8sRequestTimeout)
 	defer cancel()
-	n, err := client.Nodes().Get(ctx, node, metav1.GetOptions{})
+	var n corev1.Node
+	err = client.get(ctx, "nodes", node, "nodes/"+url.PathEscape(node), &n)
 	if err != nil {
 		return nil, k8sError("read node "+node, err)
 	}

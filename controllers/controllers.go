@@ -13,17 +13,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/kube"
 )
 
 // Controller names, as ENABLED_CONTROLLERS spells them.
@@ -122,7 +118,8 @@ type IPAM interface {
 // Controllers is the leader-elected controllers actor.
 type Controllers struct {
 	cfg     Config
-	kube    kubernetes.Interface
+	kube    *kube.Client
+	elector *kube.Elector
 	store   Store
 	ipam    IPAM
 	log     *slog.Logger
@@ -137,8 +134,8 @@ type metrics struct {
 	syncFailures *prometheus.CounterVec
 }
 
-// New checks cfg and builds the actor.
-func New(cfg Config, kube kubernetes.Interface, store Store, ipamc IPAM) (*Controllers, error) {
+// New checks cfg and builds the actor on the Kubernetes API client k.
+func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, error) {
 	for _, n := range cfg.Enabled {
 		if !slices.Contains(All, n) {
 			return nil, fmt.Errorf("unknown controller %q", n)
@@ -189,8 +186,33 @@ func New(cfg Config, kube kubernetes.Interface, store Store, ipamc IPAM) (*Contr
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.leader, m.gcCandidates, m.gcReclaimed, m.nodesRemoved, m.syncFailures)
 	}
-	return &Controllers{cfg: cfg, kube: kube, store: store, ipam: ipamc,
-		log: cfg.Logger.With("component", "kube-controllers"), metrics: m}, nil
+	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc,
+		log: cfg.Logger.With("component", "kube-controllers"), metrics: m}
+	if len(cfg.Enabled) == 0 {
+		return c, nil
+	}
+	if k == nil {
+		return nil, errors.New("controllers enabled without a Kubernetes API client")
+	}
+	el, err := kube.NewElector(kube.ElectionConfig{
+		Name:          cfg.LeaseName,
+		Identity:      cfg.Identity,
+		LeaseDuration: cfg.LeaseDuration,
+		RenewDeadline: cfg.RenewDeadline,
+		RetryPeriod:   cfg.RetryPeriod,
+		Logger:        c.log,
+		OnNewLeader: func(id string) {
+			// "" is a released lease: nobody leads until the next attempt.
+			if id != "" && id != cfg.Identity {
+				c.log.Info("controllers are led by another instance", "leader", id)
+			}
+		},
+	}, k.Leases(cfg.LeaseNamespace))
+	if err != nil {
+		return nil, err
+	}
+	c.elector = el
+	return c, nil
 }
 
 // Run takes part in leader election until ctx ends, running the enabled
@@ -203,82 +225,21 @@ func (c *Controllers) Run(ctx context.Context) error {
 	c.log.Info("kube-controllers standing for election", "controllers", c.cfg.Enabled,
 		"lease", c.cfg.LeaseNamespace+"/"+c.cfg.LeaseName, "identity", c.cfg.Identity)
 	for {
-		if err := c.term(ctx); err != nil {
-			return err
-		}
+		// One term: the elector stops the controllers when the lease is
+		// lost or ctx ends, and releases the lease only after they have
+		// stopped, so two leaders never write at once.
+		c.elector.Lead(ctx, func(ctx context.Context) {
+			c.metrics.leader.Set(1)
+			defer c.metrics.leader.Set(0)
+			c.log.Info("acquired the controllers' lease; starting controllers")
+			c.lead(ctx)
+			c.log.Info("controllers stopped")
+		})
 		if ctx.Err() != nil {
 			return nil
 		}
 		c.log.Warn("lost the controllers' lease; standing by")
 	}
-}
-
-// term is one attempt at leading: it returns when ctx ends or the lease is
-// lost, after the controllers have stopped and the lease is released.
-func (c *Controllers) term(ctx context.Context) error {
-	// The elector's context is cancelled only after the controllers have
-	// stopped, so the lease is never released while they still write.
-	electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelElector()
-	leading, finished := make(chan struct{}), make(chan struct{})
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.LeaseNamespace, Name: c.cfg.LeaseName},
-		Client:     c.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
-	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            c.cfg.LeaseName,
-		LeaseDuration:   c.cfg.LeaseDuration,
-		RenewDeadline:   c.cfg.RenewDeadline,
-		RetryPeriod:     c.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				close(leading)
-				defer close(finished)
-				runCtx, cancel := context.WithCancel(lctx)
-				defer cancel()
-				stop := context.AfterFunc(ctx, cancel)
-				defer stop()
-				c.metrics.leader.Set(1)
-				defer c.metrics.leader.Set(0)
-				c.log.Info("acquired the controllers' lease; starting controllers")
-				c.lead(runCtx)
-				c.log.Info("controllers stopped")
-			},
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				if id != c.cfg.Identity {
-					c.log.Info("controllers are led by another instance", "leader", id)
-				}
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	electorDone := make(chan struct{})
-	go func() {
-		le.Run(electorCtx)
-		close(electorDone)
-	}()
-	select {
-	case <-ctx.Done():
-	case <-electorDone:
-	}
-	waitLead := func() {
-		select {
-		case <-leading:
-			<-finished
-		default:
-		}
-	}
-	waitLead()
-	cancelElector()
-	<-electorDone
-	waitLead()
-	return nil
 }
 
 // runner is one controller of a leadership term.
@@ -288,7 +249,7 @@ type runner interface {
 
 // lead runs the enabled controllers until ctx ends.
 func (c *Controllers) lead(ctx context.Context) {
-	factory := informers.NewSharedInformerFactory(c.kube, c.cfg.Resync)
+	factory := newInformers(c.kube, c.cfg.Resync)
 	var runners []runner
 	for _, name := range c.cfg.Enabled {
 		log := c.log.With("controller", name)
@@ -314,15 +275,10 @@ func (c *Controllers) lead(ctx context.Context) {
 		}
 		runners = append(runners, r)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			if ctx.Err() == nil {
-				c.log.Error("informer cache did not sync", "type", typ.String())
-			}
-			return
-		}
+	factory.start(ctx)
+	defer factory.wait()
+	if !factory.synced(ctx, c.log) {
+		return
 	}
 	var wg sync.WaitGroup
 	for _, r := range runners {

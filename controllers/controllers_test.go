@@ -120,7 +120,7 @@ func TestControllers(t *testing.T) {
 	e.pod(t, "early", "web", "node-a", map[string]string{"app": "web"})
 	e.create(t, endpoint(t, "early", "node-a", "web", "c1", map[string]string{"app": "old"}, "10.0.0.1/32"))
 
-	e.start(t, e.fastConfig("only", All...), k)
+	e.start(t, e.fastConfig("only", All...))
 
 	t.Run("namespace", func(t *testing.T) {
 		eventually(t, deadline, e.profileIs("kns.early", nsProfile("early", map[string]string{"team": "a"})))
@@ -412,10 +412,9 @@ func testIPAMGC(t *testing.T, e *env) {
 // acting until it holds it again.
 func TestLeaderFailover(t *testing.T) {
 	e := newEnv(t)
-	k := e.kube.Client
-	a := e.start(t, e.fastConfig("instance-a", Namespace), k)
+	a := e.start(t, e.fastConfig("instance-a", Namespace))
 	eventually(t, deadline, e.holder("instance-a"))
-	b := e.start(t, e.fastConfig("instance-b", Namespace), k)
+	b := e.start(t, e.fastConfig("instance-b", Namespace))
 
 	e.kube.CreateNamespace(t, "first", nil)
 	eventually(t, deadline, e.exists("Profile", "", "kns.first"))
@@ -426,11 +425,20 @@ func TestLeaderFailover(t *testing.T) {
 		t.Errorf("instance-b leader gauge = %v, want 0 while standing by", got)
 	}
 
-	// A stops: it releases the lease and B takes over at once.
-	stopped := time.Now()
+	// A stops: it releases the lease and B takes over at once, well
+	// before the 2s lease would have expired.
+	transitions := e.leaseTransitions(t)
 	a.stop(t)
+	stopped := time.Now()
 	eventually(t, deadline, e.holder("instance-b"))
-	t.Logf("instance-b took over %s after instance-a stopped", time.Since(stopped).Round(time.Millisecond))
+	took := time.Since(stopped)
+	t.Logf("instance-b took over %s after instance-a stopped", took.Round(time.Millisecond))
+	if took >= 2*time.Second {
+		t.Errorf("instance-b took over %s after instance-a stopped: the lease was not released", took)
+	}
+	if got := e.leaseTransitions(t); got != transitions+1 {
+		t.Errorf("leaseTransitions = %d after the handover, want %d", got, transitions+1)
+	}
 	e.kube.CreateNamespace(t, "second", nil)
 	eventually(t, deadline, e.exists("Profile", "", "kns.second"))
 
@@ -464,6 +472,18 @@ func (e *env) holder(id string) func() error {
 		}
 		return nil
 	}
+}
+
+func (e *env) leaseTransitions(t *testing.T) int32 {
+	t.Helper()
+	l, err := e.kube.Client.CoordinationV1().Leases(DefaultLeaseNamespace).Get(e.ctx, "calico-test", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return *l.Spec.LeaseTransitions
 }
 
 // stealLease makes the lease name another holder, renewed now, valid for d.

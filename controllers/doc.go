@@ -39,21 +39,36 @@
 //
 // # Design
 //
-// Run loops over leadership terms. While leading, one term builds shared
-// informers (with a resync period) for what the enabled controllers
-// watch, waits for their caches, makes one full reconcile (every key known
-// to Kubernetes or to Calico is compared), repeats it every Resync, and
-// feeds informer events into one rate-limited work queue per controller
-// (the node controller also watches Calico Nodes, so a node registering
-// after its Kubernetes node gets its labels at once).
+// Run loops over leadership terms (kube.Elector.Lead on the Lease). While
+// leading, one term builds shared informers (with a resync period) for
+// what the enabled controllers watch, one per resource however many
+// controllers read it, waits for their caches, makes one full reconcile
+// (every key known to Kubernetes or to Calico is compared), repeats it
+// every Resync, and feeds informer events into one rate-limited work
+// queue per controller (the node controller also watches Calico Nodes, so
+// a node registering after its Kubernetes node gets its labels at once).
 // A sync reads the Kubernetes object from the informer cache and the
 // Calico resource from etcd, and creates, updates (compare-and-swap on the
 // resource version) or deletes to make them agree; a failure is retried
 // with exponential backoff and, after maxRetries, left to the next full
 // reconcile. When the lease is lost the term's context ends, workers drain
-// and stop, and the instance stands by for the lease again; on shutdown
-// the controllers stop before the lease is released, so two leaders never
-// write at once.
+// and stop, and the instance stands by for the lease again. On shutdown
+// and on loss alike the controllers stop before the lease is released, so
+// two leaders never write at once.
+//
+// # Why not client-go's clientset, informer factory or leaderelection
+//
+// All three import k8s.io/client-go/kubernetes/scheme, whose package init
+// registers every built-in API group. This package is linked into the
+// calico-node binary, which is also the CNI plugin that kubelet executes
+// for every pod, so that init (a few milliseconds and about 60 API
+// packages) would be paid on every pod start for nothing. The controllers
+// use package kube instead: a client for the three API groups they need,
+// informers from cache.NewSharedIndexInformer on its ListWatch with
+// client-go's listers on top, and a Lease elector that speaks client-go's
+// protocol. Tests may use the clientset; the linked code must not
+// (`go list -deps` of the main package shows no client-go/kubernetes,
+// informers or tools/leaderelection).
 //
 // # Thread safety
 //

@@ -14,12 +14,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/kube"
 	"github.com/projectcalico/calico-node/kubetest"
 )
 
@@ -93,11 +93,15 @@ type instance struct {
 	done   chan error
 }
 
-// start runs Controllers with cfg against kube until the test ends or
-// stop is called.
-func (e *env) start(t *testing.T, cfg Config, kube kubernetes.Interface) *instance {
+// start runs Controllers with cfg, on a client of its own, until the
+// test ends or stop is called.
+func (e *env) start(t *testing.T, cfg Config) *instance {
 	t.Helper()
-	c, err := New(cfg, kube, e.store, e.ipam)
+	k, err := kube.New(e.kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg, k, e.store, e.ipam)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -70,15 +68,15 @@ type ipamGC struct {
 	candidates map[allocKey]time.Time
 }
 
-func newIPAMGC(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	podInf := f.Core().V1().Pods()
-	gc := &ipamGC{c: c, pods: podInf.Lister(), log: log, kick: make(chan struct{}, 1), now: time.Now,
+func newIPAMGC(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	podInf := f.pods()
+	gc := &ipamGC{c: c, pods: listersv1.NewPodLister(podInf.GetIndexer()), log: log, kick: make(chan struct{}, 1), now: time.Now,
 		candidates: map[allocKey]time.Time{}}
 	kick := cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { gc.poke() }}
-	if _, err := podInf.Informer().AddEventHandler(kick); err != nil {
+	if _, err := podInf.AddEventHandler(kick); err != nil {
 		return nil, err
 	}
-	if _, err := f.Core().V1().Nodes().Informer().AddEventHandler(kick); err != nil {
+	if _, err := f.nodes().AddEventHandler(kick); err != nil {
 		return nil, err
 	}
 	return gc, nil
@@ -272,7 +270,7 @@ func (gc *ipamGC) valid(ctx context.Context, a *ipam.Allocation, k8sName map[str
 	var pod *corev1.Pod
 	var err error
 	if live {
-		pod, err = gc.c.kube.CoreV1().Pods(a.Namespace).Get(ctx, a.Pod, metav1.GetOptions{})
+		pod, err = gc.c.kube.Pods(a.Namespace).Get(ctx, a.Pod)
 	} else {
 		pod, err = gc.pods.Pods(a.Namespace).Get(a.Pod)
 	}

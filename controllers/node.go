@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -53,15 +52,15 @@ type nodeController struct {
 	calicoNames map[string]string
 }
 
-func newNodeController(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	nodeInf := f.Core().V1().Nodes()
-	nc := &nodeController{c: c, nodes: nodeInf.Lister(), calicoNames: map[string]string{}}
+func newNodeController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	nodeInf := f.nodes()
+	nc := &nodeController{c: c, nodes: listersv1.NewNodeLister(nodeInf.GetIndexer()), calicoNames: map[string]string{}}
 	nc.queue = c.newQueue(Node, log, nc.sync, nc.keys)
-	if _, err := nodeInf.Informer().AddEventHandler(nc.handler()); err != nil {
+	if _, err := nodeInf.AddEventHandler(nc.handler()); err != nil {
 		return nil, err
 	}
 	// The last pod of a deleted node going away lets its cleanup proceed.
-	_, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := f.pods().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -201,12 +200,12 @@ func (nc *nodeController) sync(ctx context.Context, knode string) error {
 		return err
 	}
 	// The cache says the node is gone; the API server must agree.
-	if _, err := nc.c.kube.CoreV1().Nodes().Get(ctx, knode, metav1.GetOptions{}); err == nil {
+	if _, err := nc.c.kube.Nodes().Get(ctx, knode); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("confirm kubernetes node %s is gone: %w", knode, err)
 	}
-	pods, err := nc.c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+	pods, err := nc.c.kube.Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", knode).String(),
 	})
 	if err != nil {

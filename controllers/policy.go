@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	listersnetworkingv1 "k8s.io/client-go/listers/networking/v1"
 
 	"github.com/projectcalico/calico-node/api"
@@ -25,11 +24,11 @@ type policyController struct {
 	lister listersnetworkingv1.NetworkPolicyLister
 }
 
-func newPolicyController(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	inf := f.Networking().V1().NetworkPolicies()
-	pc := &policyController{c: c, lister: inf.Lister()}
+func newPolicyController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	inf := f.networkPolicies()
+	pc := &policyController{c: c, lister: listersnetworkingv1.NewNetworkPolicyLister(inf.GetIndexer())}
 	pc.queue = c.newQueue(Policy, log, pc.sync, pc.keys)
-	if _, err := inf.Informer().AddEventHandler(pc.handler()); err != nil {
+	if _, err := inf.AddEventHandler(pc.handler()); err != nil {
 		return nil, err
 	}
 	return pc, nil

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 
 	"github.com/projectcalico/calico-node/api"
@@ -139,11 +138,11 @@ type namespaceController struct {
 	lister listersv1.NamespaceLister
 }
 
-func newNamespaceController(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	inf := f.Core().V1().Namespaces()
-	nc := &namespaceController{c: c, lister: inf.Lister()}
+func newNamespaceController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	inf := f.namespaces()
+	nc := &namespaceController{c: c, lister: listersv1.NewNamespaceLister(inf.GetIndexer())}
 	nc.queue = c.newQueue(Namespace, log, nc.sync, nc.keys)
-	if _, err := inf.Informer().AddEventHandler(nc.handler()); err != nil {
+	if _, err := inf.AddEventHandler(nc.handler()); err != nil {
 		return nil, err
 	}
 	return nc, nil
@@ -187,11 +186,11 @@ type serviceAccountController struct {
 	lister listersv1.ServiceAccountLister
 }
 
-func newServiceAccountController(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	inf := f.Core().V1().ServiceAccounts()
-	sc := &serviceAccountController{c: c, lister: inf.Lister()}
+func newServiceAccountController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	inf := f.serviceAccounts()
+	sc := &serviceAccountController{c: c, lister: listersv1.NewServiceAccountLister(inf.GetIndexer())}
 	sc.queue = c.newQueue(ServiceAccount, log, sc.sync, sc.keys)
-	if _, err := inf.Informer().AddEventHandler(sc.handler()); err != nil {
+	if _, err := inf.AddEventHandler(sc.handler()); err != nil {
 		return nil, err
 	}
 	return sc, nil

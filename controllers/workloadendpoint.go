@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -38,14 +37,14 @@ type workloadEndpointController struct {
 	lister listersv1.PodLister
 }
 
-func newWorkloadEndpointController(c *Controllers, f informers.SharedInformerFactory, log *slog.Logger) (runner, error) {
-	inf := f.Core().V1().Pods()
-	wc := &workloadEndpointController{c: c, lister: inf.Lister()}
+func newWorkloadEndpointController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+	inf := f.pods()
+	wc := &workloadEndpointController{c: c, lister: listersv1.NewPodLister(inf.GetIndexer())}
 	wc.queue = c.newQueue(WorkloadEndpoint, log, wc.sync, wc.keys)
 	// Only label and service-account changes matter; the initial list and
 	// periodic resyncs are covered by the full reconcile, which compares
 	// all endpoints in one datastore list instead of one list per pod.
-	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			if pod, ok := obj.(*corev1.Pod); ok && !initial && relevant(pod) {
 				wc.add(pod.Namespace + "/" + pod.Name)

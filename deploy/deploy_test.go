@@ -26,6 +26,7 @@ import (
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/felixenv"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/kube"
 	"github.com/projectcalico/calico-node/kubetest"
 )
 
@@ -279,10 +280,14 @@ func TestRBACIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	saKube, err := kube.New(c.ConfigForToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctrl, err := controllers.New(controllers.Config{
 		Enabled: controllers.All, Identity: "node-1",
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-	}, sa, store, ipam.New(store.Etcd(), store, nil))
+	}, saKube, store, ipam.New(store.Etcd(), store, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,11 @@
 // names are reported, not fatal; a bad value is an error naming the
 // variable.
 //
+// Merge layers specs field by field, as Felix layers its config sources:
+// Merge(default, node.<name>, environment) is the configuration in effect
+// on a node. Every consumer of a FelixConfiguration field reads it from
+// that one merge.
+//
 // # Design
 //
 // Field lookup is by reflection over api.FelixConfigurationSpec's struct
@@ -30,7 +35,7 @@
 //
 // # Thread safety
 //
-// Parse has no state and may be called concurrently.
+// Parse and Merge have no state and may be called concurrently.
 package felixenv
 
 import (

@@ -21,8 +21,9 @@ import (
 // BenchmarkDataplaneThroughput is one-stream TCP throughput (iperf3)
 // between two pods on one node through their host veths, with the 500
 // policies of BenchmarkDataplane in force, as a ratio to the same path with no
-// iptables rules at all. Runs alternate (none, policy, none, policy, ...)
-// so that machine noise hits both sides alike; medians are compared.
+// iptables rules at all, and to Calico's dataplane with the same endpoints
+// but no policy. Runs rotate (none, no policy, policies, none, ...) so that
+// machine noise hits every arm alike; medians are compared.
 func BenchmarkDataplaneThroughput(b *testing.B) {
 	if os.Getenv(nodeNetNSEnv) == "" {
 		b.Skip("needs root: runs in private network namespaces")
@@ -30,7 +31,7 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		b.Fatal("iperf3 not found: install Debian's iperf3 package (make deps)")
 	}
-	rounds := envInt("DATAPLANE_BENCH_IPERF_ROUNDS", 3)
+	rounds := envInt("DATAPLANE_BENCH_IPERF_ROUNDS", 5)
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	node := newRecRunner(b)
@@ -71,6 +72,12 @@ spec:
 	}
 	snap.Config.IPv6 = false
 	res := policy.Compile(snap)
+	// The same node with its endpoints and profiles but no policy: the
+	// price of Calico's dataplane itself (conntrack, dispatch, endpoint
+	// chains), apart from the price of the 500 policies.
+	bare := *snap
+	bare.NetworkPolicies, bare.GlobalNetworkPolicies = nil, nil
+	resBare := policy.Compile(&bare)
 	be, err := xtables.Detect(ctx, node, 4)
 	if err != nil {
 		b.Fatal(err)
@@ -78,7 +85,7 @@ spec:
 	prog := xtables.New(be, node, nil, logger)
 
 	for b.Loop() {
-		var none, pol []float64
+		var none, zero, pol []float64
 		for range rounds {
 			// No policy at all: not a single iptables rule.
 			ipt := strings.TrimSuffix(be.Save, "-save")
@@ -89,20 +96,28 @@ spec:
 			if strings.Contains(node.sh(b, be.Save), "cali") {
 				b.Fatal("cali rules left with no policy")
 			}
+			prog.Invalidate()
 			none = append(none, iperf(b, podA, podB))
+			if _, err := prog.Apply(ctx, resBare.V4); err != nil {
+				b.Fatal(err)
+			}
+			zero = append(zero, iperf(b, podA, podB))
 			if _, err := prog.Apply(ctx, res.V4); err != nil {
 				b.Fatal(err)
 			}
 			pol = append(pol, iperf(b, podA, podB))
 		}
-		slices.Sort(none)
-		slices.Sort(pol)
-		ratio := pol[len(pol)/2] / none[len(none)/2]
-		b.ReportMetric(none[len(none)/2]/1e9, "none-Gbit/s")
-		b.ReportMetric(pol[len(pol)/2]/1e9, "policy-Gbit/s")
-		b.ReportMetric(ratio, "ratio")
-		b.Logf("iperf3 one stream pod->pod, %d rounds: no rules %v Gbit/s, %d policies %v Gbit/s (medians %.2f / %.2f), ratio %.3f",
-			rounds, gbits(none), len(snap.NetworkPolicies)+len(snap.GlobalNetworkPolicies), gbits(pol), none[len(none)/2]/1e9, pol[len(pol)/2]/1e9, ratio)
+		med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+		mNone, mZero, mPol := med(none), med(zero), med(pol)
+		b.ReportMetric(mNone/1e9, "none-Gbit/s")
+		b.ReportMetric(mZero/1e9, "nopolicy-Gbit/s")
+		b.ReportMetric(mPol/1e9, "policy-Gbit/s")
+		b.ReportMetric(mPol/mNone, "ratio")
+		b.ReportMetric(mPol/mZero, "ratio-to-nopolicy")
+		b.Logf("iperf3 one stream pod->pod, %d rounds, Gbit/s: no rules %v, Calico without policy %v, %d policies %v",
+			rounds, gbits(none), gbits(zero), len(snap.NetworkPolicies)+len(snap.GlobalNetworkPolicies), gbits(pol))
+		b.Logf("medians %.2f / %.2f / %.2f: %d policies vs no rules %.3f, vs Calico without policy %.3f",
+			mNone/1e9, mZero/1e9, mPol/1e9, len(snap.NetworkPolicies)+len(snap.GlobalNetworkPolicies), mPol/mNone, mPol/mZero)
 	}
 }
 

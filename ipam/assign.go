@@ -40,6 +40,10 @@ type AutoAssignArgs struct {
 	// against pools' namespaceSelector (nil matches only pools without
 	// one, or whose selector accepts no labels, as in Calico).
 	NamespaceLabels map[string]string
+	// Replace releases whatever HandleID already holds before allocating,
+	// so that the handle ends up with exactly this request's addresses.
+	// See replaceHandle.
+	Replace bool
 }
 
 // AssignIPArgs is a request for one specific address.
@@ -48,11 +52,17 @@ type AssignIPArgs struct {
 	HandleID string
 	Node     string
 	Attrs    map[string]string
+	// Replace is AutoAssignArgs.Replace: the handle's earlier addresses are
+	// released first.
+	Replace bool
 }
 
 // AutoAssign allocates args.Num4 IPv4 and args.Num6 IPv6 addresses and
 // returns them as host prefixes (/32, /128). It is all or nothing: on
-// error nothing was allocated.
+// error nothing was allocated, with one exception no client can rule out:
+// when the connection to etcd fails while the write is in flight (a
+// transport error or deadline, not a sentinel error), etcd may have
+// applied it. A caller that needs certainty then releases the handle.
 //
 // Addresses come from the node's affine blocks first (lowest free address
 // in Calico's order), then from newly claimed blocks, and only when no
@@ -77,6 +87,11 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 	e, err := c.loadEnv(ctx, args.Node, args.HandleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+	}
+	if args.Replace {
+		if e, err = c.replaceHandle(ctx, e, args.Node, args.HandleID); err != nil {
+			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+		}
 	}
 	var fams []family
 	for _, f := range []struct {
@@ -139,6 +154,30 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 	}
+}
+
+// replaceHandle releases what handle holds when e shows that it exists,
+// and returns the environment read again after the release.
+//
+// This is for a CNI ADD. Its handle is named after the container, and the
+// CNI spec forbids a second ADD of a container without a DEL in between,
+// so addresses the handle already holds were left by an earlier ADD of the
+// same container that failed and could not undo its allocation: etcd went
+// away after the allocation was written (or its answer was lost). Calico
+// keeps those until the runtime's DEL or IPAM garbage collection; here a
+// retried ADD frees them instead of adding a second address to the
+// handle, which `ipam check` would report as leaked for the pod's whole
+// life. The handle was read by loadEnv, so the usual case (no handle)
+// costs nothing; the rare one costs a release and a second read.
+func (c *Client) replaceHandle(ctx context.Context, e *env, node, handle string) (*env, error) {
+	if e.snap[HandleKey(handle)].rev == 0 {
+		return e, nil
+	}
+	c.logger.Info("handle already holds addresses: releasing them before allocating", "handle", handle)
+	if err := c.ReleaseByHandle(ctx, handle); err != nil {
+		return nil, err
+	}
+	return c.loadEnv(ctx, node, handle)
 }
 
 // checkHolder validates a handle and node name for use in keys.
@@ -507,6 +546,11 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	e, err := c.loadEnv(ctx, args.Node, args.HandleID)
 	if err != nil {
 		return fmt.Errorf("assign %s: %w", ip, err)
+	}
+	if args.Replace {
+		if e, err = c.replaceHandle(ctx, e, args.Node, args.HandleID); err != nil {
+			return fmt.Errorf("assign %s: %w", ip, err)
+		}
 	}
 	q, ok := poolContaining(e.pools, ip)
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +83,7 @@ func (c *Client) read(ctx context.Context, snap snapshot, keys []string) error {
 		}
 		resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return fmt.Errorf("read IPAM keys: %w", err)
+			return fmt.Errorf("read IPAM keys: %w", c.etcdErr(err))
 		}
 		for i, k := range chunk {
 			snap.set(k, resp.Responses[i].GetResponseRange().Kvs)
@@ -160,7 +161,7 @@ func (c *Client) commit(ctx context.Context, snap snapshot, t *txn) (bool, [][]*
 	}
 	resp, err := c.kv.Txn(ctx).If(cmps...).Then(t.ops...).Else(elseOps...).Commit()
 	if err != nil {
-		return false, nil, fmt.Errorf("write IPAM data: %w", err)
+		return false, nil, fmt.Errorf("write IPAM data: %w", c.etcdErr(err))
 	}
 	if resp.Succeeded {
 		return true, nil, nil
@@ -183,11 +184,18 @@ func (c *Client) commit(ctx context.Context, snap snapshot, t *txn) (bool, [][]*
 	for _, op := range t.refresh {
 		r, err := c.kv.Do(ctx, op)
 		if err != nil {
-			return false, nil, fmt.Errorf("read IPAM keys: %w", err)
+			return false, nil, fmt.Errorf("read IPAM keys: %w", c.etcdErr(err))
 		}
 		refreshed = append(refreshed, r.Get().Kvs)
 	}
 	return false, refreshed, nil
+}
+
+// etcdErr names the etcd endpoints in a failed request's error, as the
+// datastore's errors do: "etcd at URL: rpc error: ... Unavailable" tells
+// an operator reading a pod's events which service to look at.
+func (c *Client) etcdErr(err error) error {
+	return fmt.Errorf("etcd at %s: %w", strings.Join(c.kv.Endpoints(), ","), err)
 }
 
 // backoff sleeps a little after a lost race, growing with the attempt
@@ -271,7 +279,7 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	case nodeErr != nil && !errors.Is(nodeErr, datastore.ErrNotFound):
 		return nil, fmt.Errorf("get node %s: %w", node, nodeErr)
 	case kvErr != nil:
-		return nil, fmt.Errorf("read IPAM config: %w", kvErr)
+		return nil, fmt.Errorf("read IPAM config: %w", c.etcdErr(kvErr))
 	}
 	e.pools = parsePools(poolObjs, c.logger)
 	e.res = parseReservations(resObjs, c.logger)
@@ -326,7 +334,7 @@ func (c *Client) listBlockKeys(ctx context.Context, e *env, v int) (map[string]b
 	}
 	resp, err := c.kv.Get(ctx, blockPrefixFor(v), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, fmt.Errorf("list IPv%d blocks: %w", v, err)
+		return nil, fmt.Errorf("list IPv%d blocks: %w", v, c.etcdErr(err))
 	}
 	set := make(map[string]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {

@@ -67,6 +67,9 @@
 //   - A block emptied by a release stays claimed; a block that is empty and
 //     affine to no node is deleted.
 //   - The IPAM config key is written with Calico's defaults on first use.
+//   - A request with Replace first releases what its handle already holds
+//     (a CNI ADD retried after one that failed while etcd was away);
+//     without it a handle accumulates addresses, as in Calico.
 //
 // # Design
 //

@@ -270,7 +270,7 @@ func (c *Client) locateBlocks(ctx context.Context, snap snapshot, addrs []netip.
 	for _, v := range []int{4, 6} {
 		resp, err := c.kv.Get(ctx, blockPrefixFor(v), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list IPv%d blocks: %w", v, c.etcdErr(err))
 		}
 		for _, kv := range resp.Kvs {
 			if p, ok := parseBlockKey(string(kv.Key)); ok {

@@ -24,8 +24,26 @@ type Family struct {
 	Version int
 	Filter  Table
 	NAT     Table
+	// Raw and Mangle hold host endpoint policy that must act before
+	// conntrack (doNotTrack) or before DNAT (preDNAT). All four tables are
+	// always named.
+	Raw    Table
+	Mangle Table
 	// IPSets are sorted by name.
 	IPSets []IPSet
+}
+
+// Tables are the family's tables in the order they are written: every
+// table with a name, so that a table whose chains all went away is still
+// visited and its stale chains removed.
+func (f *Family) Tables() []*Table {
+	var out []*Table
+	for _, t := range []*Table{&f.Raw, &f.Mangle, &f.NAT, &f.Filter} {
+		if t.Name != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Table is the desired state of our part of one iptables table.
@@ -94,9 +112,11 @@ func (m *model) parseAllRules() *parsedRules {
 	usedPol := map[*policyInfo]bool{}
 	usedProf := map[string]bool{}
 	for _, ep := range m.allLocal() {
-		for _, t := range append(append([]epTier{}, ep.ingress...), ep.egress...) {
-			for _, p := range t.policies {
-				usedPol[p] = true
+		for _, tiers := range ep.tierLists() {
+			for _, t := range tiers {
+				for _, p := range t.policies {
+					usedPol[p] = true
+				}
 			}
 		}
 		for _, p := range ep.profiles {
@@ -110,6 +130,9 @@ func (m *model) parseAllRules() *parsedRules {
 			if err != nil {
 				m.problem("%s rule %d: left out: %v", what, i, err)
 				continue
+			}
+			if r.note != "" {
+				m.problem("%s rule %d: %s", what, i, r.note)
 			}
 			out = append(out, r)
 		}
@@ -149,106 +172,200 @@ func (m *model) parseAllRules() *parsedRules {
 
 func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules) *Family {
 	c := &famCompiler{version: version, cfg: cfg, marks: mk}
-	groups := map[string]Chain{}
-	used := map[policyRef]bool{}
+	f := &Family{
+		Version: version,
+		Filter:  c.filterTable(m, pr),
+		NAT:     c.natTable(m),
+		Raw:     c.dropOnly().rawTable(m, pr),
+		Mangle:  c.dropOnly().mangleTable(m, pr),
+	}
+	// Only the sets that the remaining rules use are wanted.
 	var chains []Chain
+	for _, t := range []*Table{&f.Filter, &f.Raw, &f.Mangle} {
+		chains = append(chains, t.Chains...)
+	}
+	f.IPSets = m.ipSets(version, referencedSets(chains, pr.sets, version))
+	return f
+}
 
-	chains = append(chains,
+// hooks are the jumps into our chains: pairs of built-in chain and ours.
+func (c *famCompiler) hooks(pairs ...string) []Hook {
+	var out []Hook
+	for i := 0; i < len(pairs); i += 2 {
+		out = append(out, Hook{Chain: pairs[i], Rule: Rule{Action: Jump{pairs[i+1]}}, Append: c.cfg.AppendHooks})
+	}
+	return out
+}
+
+// hostEndpoints are the local host endpoints, the "*" one last.
+func (m *model) hostEndpoints() []*localEndpoint {
+	if m.wildcardHost == nil {
+		return m.hosts
+	}
+	return append(slices.Clone(m.hosts), m.wildcardHost)
+}
+
+// filterTable: workload policy, and normal and applyOnForward host
+// endpoint policy.
+func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
+	tb := newTableBuild()
+	tb.chains = append(tb.chains,
 		c.inputChain(), c.outputChain(), c.forwardChain(), c.workloadToHostChain(),
-		c.failsafeChain(chainFailsafeIn, cfg.FailsafeInbound, true),
-		c.failsafeChain(chainFailsafeOut, cfg.FailsafeOutbound, false),
+		c.failsafeChain(chainFailsafeIn, true, false),
+		c.failsafeChain(chainFailsafeOut, false, false),
 	)
 
 	// Workload endpoints: "to" is the workload's ingress, "from" its egress.
 	var ifaces []string
 	for _, ep := range m.workloads {
 		ifaces = append(ifaces, ep.iface)
-		chains = append(chains,
+		tb.chains = append(tb.chains,
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToWorkload, ep.iface), tiers: ep.ingress,
-				profiles: ep.profiles, inbound: true}, groups, used),
+				profiles: ep.profiles, inbound: true}, tb),
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromWorkload, ep.iface), tiers: ep.egress,
-				profiles: ep.profiles, inbound: false, dropEncap: true}, groups, used),
+				profiles: ep.profiles, inbound: false, dropEncap: true}, tb),
 		)
 	}
 	unknown := []Rule{{Action: c.deny(), Comment: []string{"Unknown interface"}}}
-	chains = append(chains, dispatchChains(chainFromWLDispatch, ifaces, false,
+	tb.chains = append(tb.chains, dispatchChains(chainFromWLDispatch, ifaces, false,
 		func(i string) string { return endpointChain(pfxFromWorkload, i) }, unknown)...)
-	chains = append(chains, dispatchChains(chainToWLDispatch, ifaces, true,
+	tb.chains = append(tb.chains, dispatchChains(chainToWLDispatch, ifaces, true,
 		func(i string) string { return endpointChain(pfxToWorkload, i) }, unknown)...)
 
 	// Host endpoints: "from" is traffic into the host (ingress policy),
-	// "to" traffic out of it (egress policy).
-	hostEPs := m.hosts
-	if m.wildcardHost != nil {
-		hostEPs = append(append([]*localEndpoint{}, hostEPs...), m.wildcardHost)
-	}
+	// "to" traffic out of it (egress policy); the forward chains police
+	// traffic routed in or out through the endpoint with its
+	// applyOnForward policies.
 	var hifaces []string
-	for _, ep := range hostEPs {
+	for _, ep := range m.hostEndpoints() {
 		if ep != m.wildcardHost {
 			hifaces = append(hifaces, ep.iface)
 		}
-		chains = append(chains,
+		tb.chains = append(tb.chains,
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), tiers: ep.ingress,
-				profiles: ep.profiles, inbound: true, failsafe: chainFailsafeIn}, groups, used),
+				profiles: ep.profiles, inbound: true, failsafe: chainFailsafeIn}, tb),
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), tiers: ep.egress,
-				profiles: ep.profiles, inbound: false, failsafe: chainFailsafeOut}, groups, used),
+				profiles: ep.profiles, inbound: false, failsafe: chainFailsafeOut}, tb),
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHostForward, ep.iface), kind: kindForward,
+				tiers: ep.fwdIngress, inbound: true}, tb),
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHostForward, ep.iface), kind: kindForward,
+				tiers: ep.fwdEgress, inbound: false}, tb),
 		)
 	}
-	var fromEnd, toEnd []Rule
-	if m.wildcardHost != nil {
-		fromEnd = []Rule{{Action: Goto{endpointChain(pfxFromHost, allInterfaces)}}}
-		toEnd = []Rule{{Action: Goto{endpointChain(pfxToHost, allInterfaces)}}}
-	}
-	chains = append(chains, dispatchChains(chainFromHEPDispatch, hifaces, false,
-		func(i string) string { return endpointChain(pfxFromHost, i) }, fromEnd)...)
-	chains = append(chains, dispatchChains(chainToHEPDispatch, hifaces, true,
-		func(i string) string { return endpointChain(pfxToHost, i) }, toEnd)...)
-
-	for _, g := range groups {
-		chains = append(chains, g)
-	}
-
-	// The chains of the policies and profiles in use.
-	refs := make([]policyRef, 0, len(used))
-	for r := range used {
-		refs = append(refs, r)
-	}
-	for _, r := range refs {
-		p := r.pol
-		if r.inbound {
-			chains = append(chains, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress")})
-		} else {
-			chains = append(chains, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress")})
+	// The "*" endpoint takes what no other endpoint claims. Unlike felix's
+	// mangle egress dispatch, the filter one does not exempt traffic to
+	// workloads: cali-OUTPUT has already returned it, and routed traffic
+	// to workloads does get the "*" endpoint's applyOnForward policy.
+	end := func(pfx string) []Rule {
+		if m.wildcardHost == nil {
+			return nil
 		}
+		return []Rule{{Action: Goto{endpointChain(pfx, allInterfaces)}}}
 	}
+	for _, d := range []struct {
+		root, pfx string
+		out       bool
+	}{
+		{chainFromHEPDispatch, pfxFromHost, false},
+		{chainToHEPDispatch, pfxToHost, true},
+		{chainFromHEPForward, pfxFromHostForward, false},
+		{chainToHEPForward, pfxToHostForward, true},
+	} {
+		tb.chains = append(tb.chains, dispatchChains(d.root, hifaces, d.out,
+			func(i string) string { return endpointChain(d.pfx, i) }, end(d.pfx))...)
+	}
+
+	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
 	profs := map[string]bool{}
-	for _, ep := range append(append([]*localEndpoint{}, m.workloads...), hostEPs...) {
+	for _, ep := range append(slices.Clone(m.workloads), m.hostEndpoints()...) {
 		for _, p := range ep.profiles {
 			profs[p] = true
 		}
 	}
 	for p := range profs {
-		chains = append(chains,
+		tb.chains = append(tb.chains,
 			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress")},
 			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress")},
 		)
 	}
-
-	hookRule := func(chain string) Rule { return Rule{Action: Jump{chain}} }
-	filter := Table{
+	return Table{
 		Name:   TableFilter,
-		Chains: reachable(chains, []string{chainInput, chainForward, chainOutput}),
-		Hooks: []Hook{
-			{Chain: "INPUT", Rule: hookRule(chainInput), Append: cfg.AppendHooks},
-			{Chain: "FORWARD", Rule: hookRule(chainForward), Append: cfg.AppendHooks},
-			{Chain: "OUTPUT", Rule: hookRule(chainOutput), Append: cfg.AppendHooks},
-		},
+		Chains: reachable(tb.chains, []string{chainInput, chainForward, chainOutput}),
+		Hooks:  c.hooks("INPUT", chainInput, "FORWARD", chainForward, "OUTPUT", chainOutput),
 	}
+}
+
+// rawTable: doNotTrack policy of the host endpoints that have some (felix
+// keeps the others out of the raw table, which every packet crosses).
+func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
+	tb := newTableBuild()
+	tb.chains = append(tb.chains, c.rawPreroutingChain(), c.rawOutputChain(),
+		c.failsafeChain(chainFailsafeIn, true, true),
+		c.failsafeChain(chainFailsafeOut, false, true),
+	)
+	var ifaces []string
+	for _, ep := range m.hosts {
+		if len(ep.untrackedIn)+len(ep.untrackedOut) == 0 {
+			continue
+		}
+		ifaces = append(ifaces, ep.iface)
+		tb.chains = append(tb.chains,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindUntracked,
+				tiers: ep.untrackedIn, inbound: true, failsafe: chainFailsafeIn}, tb),
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), kind: kindUntracked,
+				tiers: ep.untrackedOut, inbound: false, failsafe: chainFailsafeOut}, tb),
+		)
+	}
+	// Other interfaces' packets return undecided.
+	tb.chains = append(tb.chains, dispatchChains(chainFromHEPDispatch, ifaces, false,
+		func(i string) string { return endpointChain(pfxFromHost, i) }, nil)...)
+	tb.chains = append(tb.chains, dispatchChains(chainToHEPDispatch, ifaces, true,
+		func(i string) string { return endpointChain(pfxToHost, i) }, nil)...)
+	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
+	return Table{
+		Name:   TableRaw,
+		Chains: reachable(tb.chains, []string{chainPrerouting, chainOutput}),
+		Hooks:  c.hooks("PREROUTING", chainPrerouting, "OUTPUT", chainOutput),
+	}
+}
+
+// mangleTable: preDNAT policy of the host endpoints that have some. As in
+// felix, the "*" endpoint's preDNAT policy covers every interface whose
+// own endpoint has none (workload interfaces too), not just the
+// interfaces without an endpoint.
+func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
+	tb := newTableBuild()
+	tb.chains = append(tb.chains, c.manglePreroutingChain(), c.failsafeChain(chainFailsafeIn, true, false))
+	var ifaces []string
+	var end []Rule
+	for _, ep := range m.hostEndpoints() {
+		if len(ep.preDNATIn) == 0 {
+			continue
+		}
+		if ep == m.wildcardHost {
+			end = []Rule{{Action: Goto{endpointChain(pfxFromHost, allInterfaces)}}}
+		} else {
+			ifaces = append(ifaces, ep.iface)
+		}
+		tb.chains = append(tb.chains,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindPreDNAT,
+				tiers: ep.preDNATIn, inbound: true, failsafe: chainFailsafeIn, allow: c.mangleAllow()}, tb))
+	}
+	tb.chains = append(tb.chains, dispatchChains(chainFromHEPDispatch, ifaces, false,
+		func(i string) string { return endpointChain(pfxFromHost, i) }, end)...)
+	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
+	return Table{
+		Name:   TableMangle,
+		Chains: reachable(tb.chains, []string{chainPrerouting}),
+		Hooks:  c.hooks("PREROUTING", chainPrerouting),
+	}
+}
+
+// natTable: masquerade traffic from natOutgoing pools.
+func (c *famCompiler) natTable(m *model) Table {
 	natActive := false
 	for _, p := range m.pools {
-		if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is6() == (version == 6) && p.Spec.NATOutgoing {
+		if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is6() == (c.version == 6) && p.Spec.NATOutgoing {
 			natActive = true
 		}
 	}
@@ -257,16 +374,10 @@ func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules)
 		Chains: c.natChains(natActive),
 		// felix appends its POSTROUTING hook whatever the insert mode, so
 		// that kube-proxy's MASQUERADE (which clears its mark) runs first.
-		Hooks: []Hook{{Chain: "POSTROUTING", Rule: hookRule(chainNATPostrouting), Append: true}},
+		Hooks: []Hook{{Chain: "POSTROUTING", Rule: Rule{Action: Jump{chainNATPostrouting}}, Append: true}},
 	}
 	sortChains(nat.Chains)
-	return &Family{
-		Version: version,
-		Filter:  filter,
-		NAT:     nat,
-		// Only the sets that the remaining rules use are wanted.
-		IPSets: m.ipSets(version, referencedSets(filter.Chains, pr.sets, version)),
-	}
+	return nat
 }
 
 // referencedSets returns the definitions of the selector and named port

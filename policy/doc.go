@@ -8,18 +8,21 @@
 // policies, profiles, network sets, tiers and pools, this node's name and
 // the dataplane Config derived from FelixConfiguration by ConfigFromFelix)
 // and returns a Result: per IP family, the complete desired contents of our
-// part of the filter and nat tables and the desired IP sets, plus a list of
-// the problems (bad selectors, unsupported fields) that made it leave
-// something out.
+// part of the raw, mangle, nat and filter tables and the desired IP sets,
+// plus a list of the problems (bad selectors, unsupported fields) that made
+// it leave something out or enforce it differently.
 //
 //   - A Table lists every cali-* chain we want, in name order. Each Chain
 //     holds Rules made of typed criteria (MatchProtocol, MatchNet,
 //     MatchSet, MatchPorts, MatchICMP, MatchMark, MatchConntrack,
 //     MatchIface) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
-//     SetMark, Log, Masquerade, SNAT), so other code can interpret them
-//     (see package sim) as well as render them.
-//   - Hooks are the one rule per built-in chain (filter INPUT, FORWARD and
-//     OUTPUT, nat POSTROUTING) that sends packets into our chains.
+//     SetMark, Log, Masquerade, SNAT, NoTrack), so other code can interpret
+//     them (see package sim) as well as render them. Family.Tables lists
+//     all four tables, always named, even when one holds no chain, so that
+//     a programmer visits it and removes stale chains.
+//   - Hooks are the one rule per built-in chain (raw PREROUTING and OUTPUT,
+//     mangle PREROUTING, filter INPUT, FORWARD and OUTPUT, nat POSTROUTING)
+//     that sends packets into our chains.
 //   - Chain.Hashes gives each rule felix's hash: a SHA-224 chain over the
 //     chain name and the rules up to it, 16 characters of base64. Render
 //     writes it as a comment ("-m comment --comment "cali:<hash>"") before
@@ -68,15 +71,37 @@
 //     and out of (egress) the host on their interface; the failsafe ports
 //     are accepted before their policy. natOutgoing pools are masqueraded
 //     when leaving all pools.
+//   - Host endpoint policy comes in four kinds, as felix splits it. Normal
+//     policy (filter INPUT and OUTPUT) polices traffic to and from the host
+//     itself. Normal policy with applyOnForward also polices traffic routed
+//     through the endpoint (filter FORWARD: ingress as it comes in, egress
+//     as it leaves); an endpoint no such policy selects lets routed traffic
+//     through. doNotTrack policy (raw PREROUTING and OUTPUT, before
+//     conntrack) exempts what it allows from conntrack; preDNAT policy
+//     (mangle PREROUTING, ingress only) sees the destination before the nat
+//     table rewrites it. What those two allow sets the accept mark bit, so
+//     the filter table accepts it without applying normal policy
+//     again (for untracked packets, which have no conntrack entry, that is
+//     what keeps them from being dropped); what they deny is dropped there
+//     and then (DROP: the kernel only allows REJECT in filter); what they
+//     do not decide goes on to normal policy. Their tiers have no default
+//     action and they use no profiles. They never apply to workloads;
+//     doNotTrack policy does not apply to the "*" host endpoint (reported,
+//     as felix warns), while its preDNAT policy applies to every interface
+//     whose own endpoint has none. Failsafe ports are accepted in all three
+//     tables; in raw, so are the replies of the other direction's.
+//   - A rule with a match this dataplane cannot enforce (services, which
+//     need Kubernetes Service endpoints; http, which needs an L7 proxy) is
+//     reported and compiled so that the policy never allows more than
+//     written: an Allow or Log rule is left out, a Deny rule denies without
+//     the match, a Pass rule becomes such a Deny.
 //
 // # Not modelled
 //
-// doNotTrack and preDNAT policies (raw and mangle tables) are left out with
-// a problem; applyOnForward is ignored (forwarded traffic through host
-// endpoints is left to the FORWARD chain's other rules, where felix would
-// accept it); service matches in rules are left out with a problem (the
-// rule matches nothing); rule http matches are ignored; IPIP, VXLAN and
-// WireGuard host rules, IPVS support, Log rate limits and log prefix
+// felix's workload reverse-path check in raw PREROUTING, mangle
+// POSTROUTING (normal egress policy for DNAT-ed traffic from the host, which
+// filter OUTPUT leaves alone), IPIP, VXLAN and WireGuard host rules, IPVS
+// support, service CIDR loop blocking, Log rate limits and log prefix
 // expansion are not generated. felix accepts policy-allowed forwarded
 // packets at the end of the built-in FORWARD chain; here the ACCEPT is the
 // last rule of cali-FORWARD, so that FORWARD keeps a single hook rule.
@@ -85,9 +110,10 @@
 //
 // The compiler first resolves the snapshot into a model (labelled
 // entities, ordered tiers, local endpoints with the tiers that apply to
-// them in each direction), parses every used policy's and profile's rules
-// once, then renders each family. Only chains reachable from the top-level
-// chains are kept, and only the IP sets their rules use. Everything is
+// them for each kind of policy and direction), parses every used policy's
+// and profile's rules once, then renders each family, table by table.
+// Only chains reachable from a table's top-level chains are kept, and only
+// the IP sets their rules use. Everything is
 // sorted so the same snapshot always gives byte-identical output.
 //
 // # Thread safety

@@ -13,26 +13,73 @@ type policyRef struct {
 	inbound bool
 }
 
+// chainKind is which of felix's endpoint chain flavours to render.
+type chainKind int
+
+const (
+	// kindNormal: filter table; tiers, then profiles, then drop.
+	kindNormal chainKind = iota
+	// kindForward: filter table, routed traffic through a host endpoint
+	// (applyOnForward policy); no profiles, and with no such policy at
+	// all the traffic is allowed.
+	kindForward
+	// kindUntracked: raw table (doNotTrack policy); no conntrack, an
+	// allowed packet is exempted from conntrack, and a packet no policy
+	// decided returns undecided, to meet normal policy later.
+	kindUntracked
+	// kindPreDNAT: mangle table (preDNAT policy); like untracked, but
+	// tracked.
+	kindPreDNAT
+)
+
 // endpointChainSpec is what an endpoint chain is built from.
 type endpointChainSpec struct {
 	name      string
+	kind      chainKind
 	tiers     []epTier
 	profiles  []string
 	inbound   bool   // policy direction: ingress (cali-pi-) or egress (cali-po-)
 	failsafe  string // failsafe chain to jump to first (host endpoints)
 	dropEncap bool   // drop VXLAN and IPIP sent by a workload
+	// allow is what established traffic gets: ACCEPT, or (mangle with
+	// iptablesMangleAllowAction Return) RETURN with the accept bit set.
+	allow Action
+}
+
+// tableBuild collects one table's chains and the policies (and policy
+// groups) its endpoint chains use, whose chains it then renders.
+type tableBuild struct {
+	chains []Chain
+	groups map[string]Chain
+	used   map[policyRef]bool
+}
+
+func newTableBuild() *tableBuild {
+	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}}
 }
 
 // endpointChain renders a workload or host endpoint chain as felix's
 // endpointIptablesChain does: established traffic passes, then each tier's
 // policies in order until one allows (return) or passes (next tier), the
-// tier's default action otherwise, then the profiles, then drop.
-func (c *famCompiler) endpointChain(spec endpointChainSpec, groups map[string]Chain, used map[policyRef]bool) Chain {
+// tier's default action otherwise, then the profiles, then drop; with the
+// differences of each kind (see chainKind).
+func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chain {
 	m := c.marks
 	var rules []Rule
-	rules = append(rules, Rule{Match: Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}, Action: Accept{}})
-	if !c.cfg.DisableConntrackInvalid {
-		rules = append(rules, Rule{Match: Match{MatchConntrack{States: "INVALID"}}, Action: c.deny()})
+	if spec.kind != kindUntracked {
+		allow := spec.allow
+		if allow == nil {
+			allow = Accept{}
+		}
+		established := Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}
+		if _, ok := allow.(Accept); !ok {
+			// The caller learns of the verdict from the mark.
+			rules = append(rules, Rule{Match: established, Action: SetMark{Mark: m.accept, Mask: m.accept}})
+		}
+		rules = append(rules, Rule{Match: established, Action: allow})
+		if !c.cfg.DisableConntrackInvalid {
+			rules = append(rules, Rule{Match: Match{MatchConntrack{States: "INVALID"}}, Action: c.deny()})
+		}
 	}
 	if spec.failsafe != "" {
 		rules = append(rules, Rule{Action: Jump{spec.failsafe}})
@@ -66,27 +113,32 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, groups map[string]Ch
 			if len(g) == 1 {
 				// A group of one is not worth its own chain.
 				targets = []string{policyChain(polPrefix, t.name, g[0].key)}
-				used[policyRef{g[0], spec.inbound}] = true
+				tb.used[policyRef{g[0], spec.inbound}] = true
 			} else {
 				keys := make([]string, len(g))
 				for i, p := range g {
 					keys[i] = p.key
-					used[policyRef{p, spec.inbound}] = true
+					tb.used[policyRef{p, spec.inbound}] = true
 				}
 				name := groupChain(spec.inbound, t.name, g[0].selectorText, keys)
-				if _, ok := groups[name]; !ok {
-					groups[name] = c.groupChain(name, polPrefix, t.name, g)
+				if _, ok := tb.groups[name]; !ok {
+					tb.groups[name] = c.groupChain(name, polPrefix, t.name, g)
 				}
 				targets = []string{name}
 			}
 			for _, target := range targets {
-				rules = append(rules,
-					Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}},
-					Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if policy accepted"}},
-				)
+				rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}})
+				if spec.kind == kindUntracked {
+					// Allow means "allow, untracked": the reply will not
+					// match a conntrack entry, so it needs its own allow.
+					rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: NoTrack{}})
+				}
+				rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if policy accepted"}})
 			}
 		}
-		if t.defaultAction != api.Pass {
+		if (spec.kind == kindNormal || spec.kind == kindForward) && t.defaultAction != api.Pass {
+			// Untracked and preDNAT policy leaves what it did not decide
+			// to the normal policy in the filter table.
 			rules = append(rules, Rule{
 				Match:   Match{MatchMark{Mark: 0, Mask: m.pass}},
 				Action:  c.deny(),
@@ -94,14 +146,46 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, groups map[string]Ch
 			})
 		}
 	}
-	for _, p := range spec.profiles {
-		rules = append(rules,
-			Rule{Action: Jump{profileChain(profPrefix, p)}},
-			Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if profile accepted"}},
-		)
+	switch spec.kind {
+	case kindForward:
+		if len(spec.tiers) == 0 {
+			// No applyOnForward policy governs this endpoint in this
+			// direction: routed traffic is not its business.
+			rules = append(rules,
+				Rule{Action: SetMark{Mark: m.accept, Mask: m.accept}, Comment: []string{"Allow forwarded traffic by default"}},
+				Rule{Action: Return{}, Comment: []string{"Return for accepted forward traffic"}},
+			)
+		}
+	case kindNormal:
+		for _, p := range spec.profiles {
+			rules = append(rules,
+				Rule{Action: Jump{profileChain(profPrefix, p)}},
+				Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if profile accepted"}},
+			)
+		}
+		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"}})
 	}
-	rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"}})
 	return Chain{Name: spec.name, Rules: rules}
+}
+
+// policyChains renders the chains of the policies the table's endpoint
+// chains use, and its group chains.
+func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
+	var out []Chain
+	for _, g := range tb.groups {
+		out = append(out, g)
+	}
+	for r := range tb.used {
+		p := r.pol
+		if r.inbound {
+			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
+				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress")})
+		} else {
+			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
+				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress")})
+		}
+	}
+	return out
 }
 
 // groupPolicies splits a tier's policies into runs with the same selector:

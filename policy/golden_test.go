@@ -256,6 +256,81 @@ func goldenCases() []goldenCase {
 					Ingress: []api.Rule{allow(api.EntityRule{Selector: "role == 'node'"}, api.EntityRule{})}}),
 			)
 		}},
+		{"untracked", func(s *policy.Snapshot) {
+			// doNotTrack policy in the raw table, for the endpoints that have
+			// some: eth0 in both directions, none for eth1, and not for the
+			// "*" endpoint (reported). Failsafe ports include the replies of
+			// the other direction's.
+			s.HostEndpoints = append(s.HostEndpoints,
+				hep("node1-eth0", "eth0", map[string]string{"host": "node1", "untracked": "yes"}, []string{"10.0.0.10"}),
+				hep("node1-eth1", "eth1", map[string]string{"host": "node1"}, []string{"10.1.0.10"}),
+				hep("node1-all", "*", map[string]string{"host": "node1", "untracked": "yes"}, nil),
+			)
+			s.Config.FailsafeInbound = []api.ProtoPort{{Protocol: "TCP", Port: 22}}
+			s.Config.FailsafeOutbound = []api.ProtoPort{{Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 179, Net: "10.0.0.0/24"}}
+			s.Config.DenyAction = "REJECT" // raw still drops
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+				gnp("untracked-memcached", api.GlobalNetworkPolicySpec{
+					Selector: "untracked == 'yes'", DoNotTrack: true, ApplyOnForward: true, Order: ptr(10.0),
+					Types: []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress},
+					Ingress: []api.Rule{
+						{Action: api.Deny, Source: api.EntityRule{Nets: []string{"192.0.2.0/24"}}},
+						{Action: api.Allow, Protocol: tcp, Source: api.EntityRule{Selector: "host == 'node1'"}, Destination: api.EntityRule{Ports: ports("11211")}},
+					},
+					Egress: []api.Rule{{Action: api.Allow, Protocol: tcp, Source: api.EntityRule{Ports: ports("11211")}}},
+				}),
+				// Two adjacent with one selector: a group chain in raw.
+				gnp("untracked-a", api.GlobalNetworkPolicySpec{Selector: "has(untracked)", DoNotTrack: true, ApplyOnForward: true, Order: ptr(20.0),
+					Ingress: []api.Rule{{Action: api.Pass, Protocol: udp}}}),
+				gnp("untracked-b", api.GlobalNetworkPolicySpec{Selector: "has(untracked)", DoNotTrack: true, ApplyOnForward: true, Order: ptr(21.0),
+					Ingress: []api.Rule{{Action: api.Log}}}),
+				// Normal policy for the same endpoint stays in filter.
+				gnp("host-normal", api.GlobalNetworkPolicySpec{Selector: "has(host)", Ingress: []api.Rule{{Action: api.Allow, Protocol: tcp}}}),
+			)
+		}},
+		{"pre-dnat", func(s *policy.Snapshot) {
+			// preDNAT policy in the mangle table, ingress only; the "*"
+			// endpoint's is the dispatch default, and RETURN is the allow
+			// action when configured.
+			s.Config.IPv6 = true
+			s.Config.MangleAllowAction = "RETURN"
+			s.HostEndpoints = append(s.HostEndpoints,
+				hep("node1-eth0", "eth0", map[string]string{"host": "node1", "edge": "yes"}, []string{"10.0.0.10"}),
+				hep("node1-eth1", "eth1", map[string]string{"host": "node1"}, []string{"10.1.0.10"}),
+				hep("node1-all", "*", map[string]string{"host": "node1", "edge": "yes"}, nil),
+			)
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+				gnp("nodeport-allowlist", api.GlobalNetworkPolicySpec{
+					Selector: "edge == 'yes'", PreDNAT: true, ApplyOnForward: true, Order: ptr(10.0),
+					Ingress: []api.Rule{
+						{Action: api.Allow, Protocol: tcp, Source: api.EntityRule{Nets: []string{"198.51.100.0/24", "2001:db8:1::/48"}},
+							Destination: api.EntityRule{Ports: ports("30000:32767")}},
+						{Action: api.Deny, Protocol: tcp, Destination: api.EntityRule{Ports: ports("30000:32767")}},
+					},
+				}),
+				gnp("host-normal", api.GlobalNetworkPolicySpec{Selector: "has(host)", Ingress: []api.Rule{{Action: api.Allow}}}),
+			)
+		}},
+		{"apply-on-forward", func(s *policy.Snapshot) {
+			// Forward chains for every host endpoint: default allow without
+			// applyOnForward policy, the policy's tiers with it; the policy
+			// without the flag only in the host's own chains.
+			s.HostEndpoints = append(s.HostEndpoints,
+				hep("node1-eth0", "eth0", map[string]string{"host": "node1", "fwd": "yes"}, []string{"10.0.0.10"}),
+				hep("node1-eth1", "eth1", map[string]string{"host": "node1"}, []string{"10.1.0.10"}),
+			)
+			s.Tiers = append(s.Tiers, tier("platform", 100, api.Pass))
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+				gnp("platform.fwd", api.GlobalNetworkPolicySpec{Tier: "platform", Selector: "fwd == 'yes'", ApplyOnForward: true,
+					Ingress: []api.Rule{{Action: api.Deny, Source: api.EntityRule{Nets: []string{"192.0.2.0/24"}}}}}),
+				gnp("fwd-both", api.GlobalNetworkPolicySpec{Selector: "fwd == 'yes'", ApplyOnForward: true, Order: ptr(2.0),
+					Types:   []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress},
+					Ingress: []api.Rule{{Action: api.Allow}},
+					Egress:  []api.Rule{{Action: api.Deny, Destination: api.EntityRule{Nets: []string{"203.0.113.0/24"}}}, {Action: api.Allow}}}),
+				gnp("host-only", api.GlobalNetworkPolicySpec{Selector: "has(host)", Order: ptr(1.0),
+					Ingress: []api.Rule{{Action: api.Deny, Source: api.EntityRule{Nets: []string{"198.51.100.0/24"}}}}}),
+			)
+		}},
 		{"nat-outgoing", func(s *policy.Snapshot) {
 			s.Config.IPv6 = true
 			s.IPPools = []api.IPPool{
@@ -291,6 +366,7 @@ func goldenCases() []goldenCase {
 				&api.FelixConfigurationSpec{
 					DefaultEndpointToHostAction:    "Accept",
 					IptablesFilterDenyAction:       "Reject",
+					IptablesMangleAllowAction:      "Return",
 					ChainInsertMode:                "Append",
 					IptablesMarkMask:               ptr(uint32(0x0ff00000)),
 					InterfacePrefix:                "cali,tap",
@@ -325,9 +401,32 @@ func goldenCases() []goldenCase {
 					{Action: api.Allow, Destination: api.EntityRule{Ports: ports("80")}},
 					{Action: api.Allow, Protocol: tcp},
 				}}),
+				// Unsupported matches: Allow and Log rules are left out,
+				// Deny rules deny without the match, Pass rules too.
+				np("ns1", "unsupported", api.NetworkPolicySpec{Selector: "app == 'db'",
+					Ingress: []api.Rule{
+						{Action: api.Log, Source: api.EntityRule{Services: &api.ServiceMatch{Name: "svc", Namespace: "ns1"}}},
+						{Action: api.Allow, Protocol: tcp, HTTP: &api.HTTPMatch{Methods: []string{"GET"}}},
+						{Action: api.Deny, Protocol: tcp, Source: api.EntityRule{Services: &api.ServiceMatch{Name: "svc"}}},
+						{Action: api.Pass, Source: api.EntityRule{Services: &api.ServiceMatch{Name: "svc"}}},
+						{Action: api.Allow},
+					},
+					Egress: []api.Rule{
+						{Action: api.Deny, Destination: api.EntityRule{Services: &api.ServiceMatch{Name: "kube-dns", Namespace: "kube-system"}}},
+						{Action: api.Allow},
+					}}),
 			)
-			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("untracked", api.GlobalNetworkPolicySpec{
-				Selector: "all()", DoNotTrack: true, ApplyOnForward: true, Ingress: []api.Rule{{Action: api.Allow}}}))
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+				// Nothing for workloads: untracked and preDNAT policy is host
+				// endpoint policy.
+				gnp("untracked", api.GlobalNetworkPolicySpec{
+					Selector: "all()", DoNotTrack: true, ApplyOnForward: true, Ingress: []api.Rule{{Action: api.Deny}}}),
+				// What validation rejects, enforced as felix would.
+				gnp("both-flags", api.GlobalNetworkPolicySpec{
+					Selector: "all()", DoNotTrack: true, PreDNAT: true, Ingress: []api.Rule{{Action: api.Deny}}}),
+				gnp("prednat-egress", api.GlobalNetworkPolicySpec{
+					Selector: "all()", PreDNAT: true, ApplyOnForward: true, Egress: []api.Rule{{Action: api.Deny}}}),
+			)
 			// No addresses: never given to the dataplane; no interface:
 			// reported.
 			s.WorkloadEndpoints = append(s.WorkloadEndpoints,
@@ -352,9 +451,10 @@ func TestGolden(t *testing.T) {
 func itoa(i int) string { return strconv.Itoa(i) }
 
 // checkConsistent asserts what must hold for any compiled result for the
-// kernel to accept it: every jump target and every IP set exists, chain
-// and set names fit the kernel's limits, and no multiport match has more
-// than 15 slots.
+// kernel to accept it: every table is named, every jump target and every
+// IP set exists, chain and set names fit the kernel's limits, no multiport
+// match has more than 15 slots, REJECT is only used in the filter table
+// and NOTRACK only in raw.
 func checkConsistent(t *testing.T, r *policy.Result) {
 	t.Helper()
 	for _, f := range []*policy.Family{r.V4, r.V6} {
@@ -368,7 +468,10 @@ func checkConsistent(t *testing.T, r *policy.Result) {
 			}
 			sets[s.Name] = true
 		}
-		for _, tbl := range []policy.Table{f.Filter, f.NAT} {
+		if got := len(f.Tables()); got != 4 {
+			t.Errorf("IPv%d: %d named tables, want 4 (raw, mangle, nat, filter)", f.Version, got)
+		}
+		for _, tbl := range f.Tables() {
 			names := map[string]bool{}
 			for _, c := range tbl.Chains {
 				if len(c.Name) > 28 {
@@ -381,6 +484,14 @@ func checkConsistent(t *testing.T, r *policy.Result) {
 			}
 			check := func(where string, r policy.Rule) {
 				switch a := r.Action.(type) {
+				case policy.Reject:
+					if tbl.Name != policy.TableFilter {
+						t.Errorf("IPv%d %s: %s: REJECT is only valid in the filter table", f.Version, tbl.Name, where)
+					}
+				case policy.NoTrack:
+					if tbl.Name != policy.TableRaw {
+						t.Errorf("IPv%d %s: %s: NOTRACK is only valid in the raw table", f.Version, tbl.Name, where)
+					}
 				case policy.Jump:
 					if !names[a.Chain] {
 						t.Errorf("IPv%d %s: %s jumps to missing chain %s", f.Version, tbl.Name, where, a.Chain)

@@ -151,7 +151,9 @@ func dump(r *policy.Result) string {
 		if f == nil {
 			continue
 		}
-		for _, t := range []policy.Table{f.Filter, f.NAT} {
+		// Filter and nat first, so that the older cases' files read as
+		// before; then the tables that act before them.
+		for _, t := range []policy.Table{f.Filter, f.NAT, f.Raw, f.Mangle} {
 			fmt.Fprintf(&b, "# IPv%d %s\n", f.Version, t.Name)
 			b.WriteString(policy.Render(t.Name, t.Chains, t.Hooks...))
 		}

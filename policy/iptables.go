@@ -13,6 +13,8 @@ import (
 const (
 	TableFilter = "filter"
 	TableNAT    = "nat"
+	TableRaw    = "raw"
+	TableMangle = "mangle"
 )
 
 // Dir says which end of a packet a match looks at.
@@ -239,6 +241,9 @@ type (
 	Masquerade struct{}
 	// SNAT source-NATs to the given address.
 	SNAT struct{ To string }
+	// NoTrack exempts the packet from connection tracking and continues;
+	// only valid in the raw table.
+	NoTrack struct{}
 )
 
 func (Accept) write(b *strings.Builder) { b.WriteString("--jump ACCEPT") }
@@ -255,6 +260,7 @@ func (a Log) write(b *strings.Builder) {
 }
 func (Masquerade) write(b *strings.Builder) { b.WriteString("--jump MASQUERADE") }
 func (a SNAT) write(b *strings.Builder)     { b.WriteString("--jump SNAT --to-source " + a.To) }
+func (NoTrack) write(b *strings.Builder)    { b.WriteString("--jump NOTRACK") }
 
 // Rule is one iptables rule of a chain.
 type Rule struct {
@@ -269,9 +275,9 @@ type Chain struct {
 	Rules []Rule
 }
 
-// Hook is the one rule that sends packets from a built-in chain (INPUT,
-// FORWARD, OUTPUT, POSTROUTING) into ours. Insert hooks go first in the
-// built-in chain, Append hooks last.
+// Hook is the one rule that sends packets from a built-in chain
+// (PREROUTING, INPUT, FORWARD, OUTPUT, POSTROUTING) into ours. Insert hooks
+// go first in the built-in chain, Append hooks last.
 type Hook struct {
 	Chain  string
 	Rule   Rule

@@ -43,7 +43,7 @@ func TestKernelAcceptsPayloads(t *testing.T) {
 				if f.Version == 6 {
 					restore = "ip6tables-restore"
 				}
-				for _, tbl := range []policy.Table{f.Filter, f.NAT} {
+				for _, tbl := range f.Tables() {
 					path := filepath.Join(dir, tbl.Name+itoa(f.Version))
 					if err := os.WriteFile(path, []byte(policy.Render(tbl.Name, tbl.Chains, tbl.Hooks...)), 0o644); err != nil {
 						t.Fatal(err)

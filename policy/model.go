@@ -190,7 +190,14 @@ type policyInfo struct {
 	selectorText string
 	inRules      []api.Rule
 	outRules     []api.Rule
+	// untracked (doNotTrack) and preDNAT policies only apply to host
+	// endpoints, in the raw and mangle tables; applyOnForward ones also
+	// police traffic routed through a host endpoint.
+	untracked, preDNAT, applyOnForward bool
 }
+
+// normal policies are enforced in the filter table.
+func (p *policyInfo) normal() bool { return !p.untracked && !p.preDNAT }
 
 func policyLess(a, b *policyInfo) int {
 	if a.order != b.order {
@@ -254,9 +261,22 @@ type localEndpoint struct {
 	iface    string
 	labels   map[string]string
 	profiles []string
-	// ingress and egress are the tiers with policies that select the
-	// endpoint and govern that direction, in order.
+	// ingress and egress are the tiers with normal policies that select
+	// the endpoint and govern that direction, in order.
 	ingress, egress []epTier
+	// Host endpoints only, as felix splits them: the tiers of the normal
+	// policies with applyOnForward (for routed traffic), of doNotTrack
+	// policies (raw table) and of preDNAT policies (mangle table, which
+	// only polices ingress).
+	fwdIngress, fwdEgress     []epTier
+	untrackedIn, untrackedOut []epTier
+	preDNATIn                 []epTier
+}
+
+// tierLists are all the tier lists of the endpoint, for finding the
+// policies in use.
+func (ep *localEndpoint) tierLists() [][]epTier {
+	return [][]epTier{ep.ingress, ep.egress, ep.fwdIngress, ep.fwdEgress, ep.untrackedIn, ep.untrackedOut, ep.preDNATIn}
 }
 
 // epTier is the part of a tier that applies to one endpoint in one
@@ -411,13 +431,6 @@ func (m *model) buildTiers(s *Snapshot) {
 	for i := range s.GlobalNetworkPolicies {
 		p := &s.GlobalNetworkPolicies[i]
 		what := "GlobalNetworkPolicy " + p.Name
-		if p.Spec.DoNotTrack || p.Spec.PreDNAT {
-			// These belong in the raw and mangle tables, which this
-			// compiler does not write; they never apply in the filter
-			// table in felix either.
-			m.problem("%s: skipped: doNotTrack and preDNAT policies are not supported", what)
-			continue
-		}
 		text, err := m.sels.globalPolicySelector(p)
 		if err != nil {
 			m.problem("%s: skipped: %v", what, err)
@@ -425,10 +438,12 @@ func (m *model) buildTiers(s *Snapshot) {
 		}
 		pi := m.newPolicy(what, p.Name, "", p.Spec.TierName(), p.Spec.Order,
 			text, p.Spec.Types, p.Spec.Ingress, p.Spec.Egress)
-		if pi != nil {
-			t := tierFor(pi.tier)
-			t.policies = append(t.policies, pi)
+		if pi == nil {
+			continue
 		}
+		m.hostPolicyFlags(what, pi, &p.Spec)
+		t := tierFor(pi.tier)
+		t.policies = append(t.policies, pi)
 	}
 	for _, t := range byName {
 		slices.SortFunc(t.policies, policyLess)
@@ -449,6 +464,27 @@ func (m *model) newPolicy(what, key, ns, tier string, order *float64, selText st
 		key: key, namespace: ns, tier: tier, order: orderOf(order),
 		ingress: in, egress: out, selector: sel, selectorText: sel.String(),
 		inRules: ingress, outRules: egress,
+	}
+}
+
+// hostPolicyFlags sets doNotTrack, preDNAT and applyOnForward as felix
+// reads them. Validation rejects the combinations reported here; a stored
+// policy that has one anyway is enforced as felix would enforce it,
+// rather than dropped, since dropping a policy can open what it closes.
+func (m *model) hostPolicyFlags(what string, pi *policyInfo, s *api.GlobalNetworkPolicySpec) {
+	pi.untracked, pi.preDNAT, pi.applyOnForward = s.DoNotTrack, s.PreDNAT, s.ApplyOnForward
+	if pi.untracked && pi.preDNAT {
+		// felix's calculation graph tests doNotTrack first.
+		m.problem("%s: doNotTrack and preDNAT are both set; enforced as doNotTrack", what)
+		pi.preDNAT = false
+	}
+	if (pi.untracked || pi.preDNAT) && !pi.applyOnForward {
+		// The raw and mangle PREROUTING chains see routed packets whatever
+		// the flag says.
+		m.problem("%s: applyOnForward must be true for doNotTrack and preDNAT policies; enforced as if it were", what)
+	}
+	if pi.preDNAT && pi.egress {
+		m.problem("%s: egress is ignored: preDNAT policies only police ingress", what)
 	}
 }
 
@@ -485,8 +521,22 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 	}
 	slices.SortFunc(m.workloads, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
 	m.placeHosts(s, plabels)
-	for _, ep := range m.allLocal() {
-		ep.ingress, ep.egress = m.tiersFor(ep.labels)
+	for _, ep := range m.workloads {
+		// felix gives workloads only the normal policies: the others are
+		// host endpoint policy.
+		ep.ingress, ep.egress = m.tiersFor(ep.labels, (*policyInfo).normal)
+	}
+	for _, ep := range m.hostEndpoints() {
+		ep.ingress, ep.egress = m.tiersFor(ep.labels, (*policyInfo).normal)
+		ep.fwdIngress, ep.fwdEgress = m.tiersFor(ep.labels, func(p *policyInfo) bool { return p.normal() && p.applyOnForward })
+		ep.untrackedIn, ep.untrackedOut = m.tiersFor(ep.labels, func(p *policyInfo) bool { return p.untracked })
+		ep.preDNATIn, _ = m.tiersFor(ep.labels, func(p *policyInfo) bool { return p.preDNAT })
+	}
+	if w := m.wildcardHost; w != nil && len(w.untrackedIn)+len(w.untrackedOut) > 0 {
+		// felix ignores them too (with a warning): the raw table has no
+		// catch-all host endpoint chain.
+		m.problem("HostEndpoint %s: doNotTrack policies do not apply to a host endpoint with interfaceName \"*\"; ignored", w.name)
+		w.untrackedIn, w.untrackedOut = nil, nil
 	}
 }
 
@@ -547,13 +597,13 @@ func (m *model) allLocal() []*localEndpoint {
 	return all
 }
 
-// tiersFor returns, per direction, the tiers whose policies select an
-// endpoint with these labels.
-func (m *model) tiersFor(labels map[string]string) (in, out []epTier) {
+// tiersFor returns, per direction, the tiers whose policies of one kind
+// (those for which keep is true) select an endpoint with these labels.
+func (m *model) tiersFor(labels map[string]string, keep func(*policyInfo) bool) (in, out []epTier) {
 	for _, t := range m.tiers {
 		var ti, to epTier
 		for _, p := range t.policies {
-			if !p.selector.Evaluate(labels) {
+			if !keep(p) || !p.selector.Evaluate(labels) {
 				continue
 			}
 			if p.ingress {

@@ -17,6 +17,9 @@ const (
 	chainToWLDispatch    = "cali-to-wl-dispatch"
 	chainFromHEPDispatch = "cali-from-host-endpoint"
 	chainToHEPDispatch   = "cali-to-host-endpoint"
+	chainFromHEPForward  = "cali-from-hep-forward"
+	chainToHEPForward    = "cali-to-hep-forward"
+	chainPrerouting      = "cali-PREROUTING" // raw and mangle
 	chainFailsafeIn      = "cali-failsafe-in"
 	chainFailsafeOut     = "cali-failsafe-out"
 	chainNATPostrouting  = "cali-POSTROUTING"
@@ -31,6 +34,8 @@ const (
 	pfxFromWorkload      = "cali-fw-"
 	pfxToHost            = "cali-th-"
 	pfxFromHost          = "cali-fh-"
+	pfxToHostForward     = "cali-thfw-"
+	pfxFromHostForward   = "cali-fhfw-"
 	maxChainNameLen      = 28
 	shortenedMarker      = "_"
 )

@@ -55,6 +55,9 @@ type parsedRule struct {
 	notICMP     *api.ICMPFields
 	src, dst    side
 	comments    []string
+	// note explains how a rule with an unsupported match was changed; it
+	// is reported as a problem.
+	note string
 }
 
 // parseRule resolves one rule of a policy in namespace ns ("" for global
@@ -99,9 +102,6 @@ func (m *model) parseRule(r *api.Rule, ns string, sets map[string]*setDef) (*par
 		}
 		pr.notProtocol = nil
 	}
-	if r.Source.Services != nil || r.Destination.Services != nil {
-		return nil, fmt.Errorf("service matches are not supported")
-	}
 	if r.Metadata != nil {
 		for k, v := range r.Metadata.Annotations {
 			pr.comments = append(pr.comments, k+"="+v)
@@ -131,7 +131,56 @@ func (m *model) parseRule(r *api.Rule, ns string, sets map[string]*setDef) (*par
 	if pr.dst, err = m.parseSide(&r.Destination, ns, namedProto, sets); err != nil {
 		return nil, fmt.Errorf("destination: %w", err)
 	}
+	if what := unsupportedMatches(r); what != "" {
+		// The rest of the rule is compiled without the unsupported match,
+		// which makes it match more. Which way that errs depends on the
+		// action, and it must err towards denying: a policy that a node
+		// enforces more loosely than written is a hole nobody asked for,
+		// one enforced more strictly is a visible outage the problem
+		// report explains.
+		switch pr.action {
+		case api.Allow, api.Log:
+			// Leaving an Allow out allows less; leaving a Log out only
+			// loses log lines. Matching more would allow or log what the
+			// rule does not cover.
+			return nil, fmt.Errorf("%s", what)
+		case api.Deny:
+			// Leaving a Deny out would let later rules (or a later
+			// policy) allow what it denies; so would leaving out the
+			// whole policy. Without the match it denies a superset.
+			pr.note = what + ": the rule is enforced without it, so it denies more than written"
+		case api.Pass:
+			// Neither leaving a Pass out nor passing more is safe: the
+			// rest of this tier, or the next one, may allow what the
+			// other would deny. Denying the superset is.
+			pr.action = api.Deny
+			pr.note = what + ": the rule is enforced as a Deny without it (passing more, or not at all, could allow what a tier denies)"
+		}
+	}
 	return pr, nil
+}
+
+// unsupportedMatches describes the matches of r that this dataplane
+// cannot enforce, or returns "": service matches need the endpoints of
+// Kubernetes Services and http matches an application-layer proxy.
+func unsupportedMatches(r *api.Rule) string {
+	var what []string
+	if r.Source.Services != nil {
+		what = append(what, "source.services")
+	}
+	if r.Destination.Services != nil {
+		what = append(what, "destination.services")
+	}
+	if len(what) > 0 {
+		what = []string{strings.Join(what, " and ") + " (Kubernetes Service endpoints)"}
+	}
+	if r.HTTP != nil {
+		what = append(what, "http (application-layer policy)")
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return strings.Join(what, " and ") + " is not supported"
 }
 
 func (m *model) parseSide(e *api.EntityRule, ns string, namedProto uint8, sets map[string]*setDef) (side, error) {

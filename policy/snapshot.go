@@ -46,8 +46,15 @@ type Config struct {
 	// the host once the workload's egress policy allowed it: "DROP" (the
 	// default), "ACCEPT" or "RETURN" (continue in the INPUT chain).
 	EndpointToHostAction string
-	// DenyAction is "DROP" (default) or "REJECT".
+	// DenyAction is "DROP" (default) or "REJECT". It only applies in the
+	// filter table: the kernel allows REJECT nowhere else, so raw and
+	// mangle rules always drop.
 	DenyAction string
+	// MangleAllowAction is what the mangle table does with traffic that
+	// preDNAT policy (or conntrack) allows: "ACCEPT" (the default) ends
+	// mangle PREROUTING for it, "RETURN" lets later mangle rules of other
+	// software see it too.
+	MangleAllowAction string
 	// FailsafeInbound and FailsafeOutbound are the host ports that no
 	// host endpoint policy can close. nil means Calico's defaults; an empty
 	// non-nil slice means none.
@@ -121,6 +128,9 @@ func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
 		if s.IptablesFilterDenyAction != "" {
 			c.DenyAction = strings.ToUpper(s.IptablesFilterDenyAction)
 		}
+		if s.IptablesMangleAllowAction != "" {
+			c.MangleAllowAction = strings.ToUpper(s.IptablesMangleAllowAction)
+		}
 		if s.FailsafeInboundHostPorts != nil {
 			c.FailsafeInbound = append([]api.ProtoPort{}, (*s.FailsafeInboundHostPorts)...)
 		}
@@ -167,6 +177,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DenyAction != "REJECT" {
 		c.DenyAction = "DROP"
+	}
+	if c.MangleAllowAction != "RETURN" {
+		c.MangleAllowAction = "ACCEPT"
 	}
 	if c.FailsafeInbound == nil {
 		c.FailsafeInbound = defaultFailsafeInbound

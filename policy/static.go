@@ -7,9 +7,10 @@ import (
 	"github.com/projectcalico/calico-node/api"
 )
 
-// The top-level chains, as felix's static.go builds them without the
-// features this compiler leaves out (IPIP/VXLAN/Wireguard host rules, IPVS,
-// raw/mangle tables, applyOnForward host endpoint policy).
+// The top-level filter and nat chains, as felix's static.go builds them
+// without the features this compiler leaves out (IPIP/VXLAN/Wireguard host
+// rules, IPVS, service CIDR loop blocking). The raw and mangle chains are
+// in prerouting.go.
 
 func (c *famCompiler) wildcards() []string {
 	out := make([]string, len(c.cfg.InterfacePrefixes))
@@ -78,37 +79,65 @@ func (c *famCompiler) outputChain() Chain {
 	return Chain{Name: chainOutput, Rules: rules}
 }
 
-// forwardChain: routed traffic. A packet from a workload gets its egress
-// policy, a packet to a workload its ingress policy (both, between two
-// local workloads); the endpoint chains drop or return with the accept
-// bit, which is acted on here. felix puts that final ACCEPT at the end of
-// the built-in FORWARD chain; keeping it in our chain leaves a single hook
-// rule in FORWARD, and it does the same as felix's own INPUT and OUTPUT
-// chains, which also accept directly.
+// forwardChain: routed traffic. A packet gets the applyOnForward ingress
+// policy of the host endpoint it came in on (unless its raw or mangle
+// policy already accepted it: the accept bit survives from there), the
+// egress policy of the workload it came from, the ingress policy of the
+// workload it goes to (both, between two local workloads), and the
+// applyOnForward egress policy of the host endpoint it leaves by. The
+// endpoint chains drop or return with the accept bit, which is acted on
+// here. felix puts that final ACCEPT at the end of the built-in FORWARD
+// chain; keeping it in our chain leaves a single hook rule in FORWARD, and
+// it does the same as felix's own INPUT and OUTPUT chains, which also
+// accept directly.
 func (c *famCompiler) forwardChain() Chain {
 	m := c.marks
-	rules := []Rule{{Action: SetMark{Mark: 0, Mask: m.all()}}}
+	rules := []Rule{
+		{Action: SetMark{Mark: 0, Mask: m.all() &^ m.accept}},
+		{Match: Match{MatchMark{Mark: 0, Mask: m.accept}}, Action: Jump{chainFromHEPForward}},
+	}
 	for _, w := range c.wildcards() {
 		rules = append(rules,
 			Rule{Match: Match{MatchIface{Name: w}}, Action: Jump{chainFromWLDispatch}},
 			Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Jump{chainToWLDispatch}},
 		)
 	}
-	rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."}})
+	rules = append(rules,
+		Rule{Action: Jump{chainToHEPForward}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."}},
+	)
 	return Chain{Name: chainForward, Rules: rules}
 }
 
 // failsafeChain accepts the failsafe ports: inbound to the host's ports,
 // outbound to remote ports. A failsafe entry with a net only applies to
-// that net's family.
-func (c *famCompiler) failsafeChain(name string, ports []api.ProtoPort, inbound bool) Chain {
+// that net's family. In the raw table, which sees packets before
+// conntrack, the chain also accepts the replies of the other direction's
+// failsafe connections, so that doNotTrack policy cannot leave them
+// untracked (or drop them); they still need a conntrack entry to pass the
+// filter table.
+func (c *famCompiler) failsafeChain(name string, inbound, raw bool) Chain {
+	own, other := c.cfg.FailsafeInbound, c.cfg.FailsafeOutbound
+	if !inbound {
+		own, other = other, own
+	}
+	rules := c.failsafeRules(own, Dst, inbound)
+	if raw {
+		rules = append(rules, c.failsafeRules(other, Src, inbound)...)
+	}
+	return Chain{Name: name, Rules: rules}
+}
+
+// failsafeRules accepts the ports as the given end's port; the net, if
+// any, is the remote end: the source inbound, the destination outbound.
+func (c *famCompiler) failsafeRules(ports []api.ProtoPort, portDir Dir, inbound bool) []Rule {
 	var rules []Rule
 	for _, pp := range ports {
 		proto := strings.ToLower(pp.Protocol)
 		if proto == "" {
 			proto = "tcp"
 		}
-		m := Match{MatchProtocol{Name: proto}, MatchPorts{Dir: Dst, Ports: []PortRange{{pp.Port, pp.Port}}}}
+		m := Match{MatchProtocol{Name: proto}, MatchPorts{Dir: portDir, Ports: []PortRange{{pp.Port, pp.Port}}}}
 		if pp.Net != "" {
 			n, err := parsePrefix(pp.Net)
 			if err != nil || n.Addr().Is6() != (c.version == 6) {
@@ -122,7 +151,7 @@ func (c *famCompiler) failsafeChain(name string, ports []api.ProtoPort, inbound 
 		}
 		rules = append(rules, Rule{Match: m, Action: Accept{}})
 	}
-	return Chain{Name: name, Rules: rules}
+	return rules
 }
 
 // natChains: masquerade traffic from natOutgoing pools to anywhere outside

@@ -24,11 +24,16 @@
 // scope; anything else we set is carried along unchanged.
 //
 // Cost: a change is applied as a diff against what the previous pass
-// wrote, without reading the kernel; the periodic resync (and any pass
-// after an error) lists our routes and repairs drift. Until every source
-// named with Expect has published once, nothing is written, so an agent
-// restart never deletes the routes of a producer still catching up.
+// wrote, without reading the kernel; the periodic refresh (and any pass
+// after an error) lists our routes and repairs drift. The refresh period
+// is FelixConfiguration's routeRefreshInterval, changed at runtime with
+// SetRefreshInterval; 0 disables it, as in Felix. Routes whose device does
+// not exist yet are retried with backoff whether or not the refresh runs.
+// Until every source named with Expect has published once, nothing is
+// written, so an agent restart never deletes the routes of a producer
+// still catching up.
 //
-// Thread safety: Set and Flush may be called from any goroutine; the
-// kernel is only touched by the Run goroutine.
+// Thread safety: Set, Expect, Applied and SetRefreshInterval may be called
+// from any goroutine; the kernel is only touched by the Run goroutine
+// (or by a direct Reconcile call when Run is not running).
 package routes

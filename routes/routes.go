@@ -68,14 +68,15 @@ type Kernel interface {
 
 // Table is the route actor.
 type Table struct {
-	k      Kernel
-	log    *slog.Logger
-	resync time.Duration
+	k   Kernel
+	log *slog.Logger
 
 	mu       sync.Mutex
 	sources  map[string][]Route
 	expected map[string]bool // sources to wait for before the first write
 	dirty    chan struct{}   // 1-slot: coalesces wake-ups
+	refresh  time.Duration   // full-resync period; 0: none
+	retimed  chan struct{}   // 1-slot: refresh changed
 
 	applied chan struct{} // closed and replaced after each successful apply
 
@@ -83,17 +84,44 @@ type Table struct {
 	// (owned by Run): changes between full resyncs are applied as a diff
 	// against it, without listing the kernel's routes.
 	last map[string]Route
+	// skipped counts the wanted routes the last pass left out because
+	// their device does not exist yet (owned by Run).
+	skipped int
 }
 
 // New returns a table working through k (a netlink handle for the node's
-// network namespace). resync is the periodic full-reconcile interval.
-func New(k Kernel, resync time.Duration, logger *slog.Logger) *Table {
+// network namespace). refresh is the period of the full reconcile that
+// re-reads the kernel's routes (FelixConfiguration routeRefreshInterval);
+// 0 or less disables it.
+func New(k Kernel, refresh time.Duration, logger *slog.Logger) *Table {
 	return &Table{
-		k: k, log: logger.With("component", "routes"), resync: resync,
+		k: k, log: logger.With("component", "routes"), refresh: max(refresh, 0),
 		sources: map[string][]Route{},
 		dirty:   make(chan struct{}, 1),
+		retimed: make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
+}
+
+// SetRefreshInterval changes the period of the full reconcile; 0 or less
+// disables it, so drift (a route deleted by hand) is only repaired when a
+// source changes or a write fails. It may be called from any goroutine,
+// before or during Run, and takes effect at once: the next full
+// reconcile is d from now.
+func (t *Table) SetRefreshInterval(d time.Duration) {
+	t.mu.Lock()
+	t.refresh = max(d, 0)
+	t.mu.Unlock()
+	select {
+	case t.retimed <- struct{}{}:
+	default:
+	}
+}
+
+func (t *Table) refreshInterval() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refresh
 }
 
 // Expect names a source that will publish. Until every expected source
@@ -146,26 +174,52 @@ func (t *Table) Applied() <-chan struct{} {
 }
 
 // Run reconciles until ctx is done. Kernel errors are retried with backoff;
-// they never stop the actor.
+// they never stop the actor. Routes left out because their device is
+// missing are retried with backoff too, so that a device appearing after
+// its route is wanted does not depend on the periodic refresh (which may
+// be disabled).
 func (t *Table) Run(ctx context.Context) error {
-	tick := time.NewTicker(t.resync)
-	defer tick.Stop()
-	backoff := time.Duration(0)
+	var tick *time.Ticker
+	var tickC <-chan time.Time
+	retime := func() {
+		if tick != nil {
+			tick.Stop()
+			tick, tickC = nil, nil
+		}
+		if d := t.refreshInterval(); d > 0 {
+			tick = time.NewTicker(d)
+			tickC = tick.C
+		}
+	}
+	retime()
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	backoff, pendingBackoff := time.Duration(0), time.Duration(0)
 	t.kick()
 	for {
-		var retry <-chan time.Time
+		var retry, pending <-chan time.Time
 		if backoff > 0 {
 			retry = time.After(backoff)
+		} else if pendingBackoff > 0 {
+			pending = time.After(pendingBackoff)
 		}
 		full := false
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-t.retimed:
+			retime()
+			t.log.Debug("route refresh interval", "interval", t.refreshInterval())
+			continue
 		case <-t.dirty:
-		case <-tick.C:
+		case <-tickC:
 			full = true
 		case <-retry:
 			full = true
+		case <-pending:
 		}
 		if !t.ready() {
 			continue
@@ -182,6 +236,11 @@ func (t *Table) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 0
+		if t.skipped > 0 {
+			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
+		} else {
+			pendingBackoff = 0
+		}
 	}
 }
 
@@ -217,6 +276,7 @@ func sameRoute(a, b Route) bool {
 // Reconcile makes the kernel match the desired routes once.
 func (t *Table) Reconcile() error {
 	want := t.desired()
+	t.skipped = 0
 	var errs []error
 	actual := map[string]netlink.Route{}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
@@ -247,10 +307,11 @@ func (t *Table) Reconcile() error {
 	for k, w := range want {
 		nr, err := t.toNetlink(w)
 		if err != nil {
-			// The device may not exist yet (pod being created); the next
-			// change or resync retries.
+			// The device may not exist yet (pod being created): Run
+			// retries it with backoff.
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
 			delete(want, k)
+			t.skipped++
 			continue
 		}
 		if cur, ok := actual[k]; ok && matches(cur, nr) {
@@ -273,6 +334,7 @@ func (t *Table) Reconcile() error {
 // changed behind our back are repaired by the next full Reconcile.
 func (t *Table) applyDiff() error {
 	want := t.desired()
+	t.skipped = 0
 	var errs []error
 	for k, r := range t.last {
 		if _, ok := want[k]; ok {
@@ -293,7 +355,8 @@ func (t *Table) applyDiff() error {
 		nr, err := t.toNetlink(w)
 		if err != nil {
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
-			delete(want, k) // not in the kernel: retried when it changes or on resync
+			delete(want, k) // not in the kernel: retried (Run's pending backoff)
+			t.skipped++
 			continue
 		}
 		if err := t.k.RouteReplace(nr); err != nil {

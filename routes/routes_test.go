@@ -168,10 +168,11 @@ func TestReconcile(t *testing.T) {
 }
 
 // A route whose device does not exist yet is skipped, not fatal, and is
-// programmed by the Run loop once the device appears and a resync runs.
+// programmed by the Run loop soon after the device appears, even with the
+// periodic refresh disabled.
 func TestRunRetriesMissingDevice(t *testing.T) {
 	nl := testNS(t)
-	tbl := New(nl, 100*time.Millisecond, quiet())
+	tbl := New(nl, 0, quiet())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -289,5 +290,106 @@ func TestRunExpectAndDiff(t *testing.T) {
 	got := ours(t, nl)
 	if _, ok := got["10.244.1.0/26"]; ok || got["10.244.2.0/26"] != "dummy0 via 192.0.2.3" {
 		t.Errorf("after diff: %v", got)
+	}
+}
+
+// runTable runs tbl until the test ends and waits for its first write of
+// want.
+func runTable(t *testing.T, tbl *Table, want []Route) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	tbl.Set(SourceWorkloads, want)
+	applied := tbl.Applied()
+	go func() { done <- tbl.Run(ctx) }()
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatal("routes never applied")
+	}
+}
+
+// deleteByHand removes our route to dst behind the table's back.
+func deleteByHand(t *testing.T, nl *netlink.Handle, dst string) {
+	t.Helper()
+	rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: mustNet(dst), Protocol: routeproto.Calico},
+		netlink.RT_FILTER_DST|netlink.RT_FILTER_PROTOCOL)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("find our route to %s: %v (%d found)", dst, err, len(rs))
+	}
+	if err := nl.RouteDel(&rs[0]); err != nil {
+		t.Fatalf("delete %s by hand: %v", dst, err)
+	}
+	if _, ok := ours(t, nl)[dst]; ok {
+		t.Fatalf("route to %s still there after deleting it", dst)
+	}
+}
+
+// restoredWithin polls for our route to dst until d has passed.
+func restoredWithin(t *testing.T, nl *netlink.Handle, dst string, d time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, ok := ours(t, nl)[dst]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// The refresh interval (FelixConfiguration routeRefreshInterval) decides
+// whether and how soon a route deleted by hand comes back: with nothing
+// else changing, only the periodic full reconcile notices it.
+func TestRefreshIntervalRepairsDrift(t *testing.T) {
+	const dst = "10.244.0.7/32"
+	tests := []struct {
+		name     string
+		interval time.Duration
+		restored bool
+	}{
+		{"short interval restores", 100 * time.Millisecond, true},
+		{"zero disables the refresh", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nl := testNS(t)
+			tbl := New(nl, tc.interval, quiet())
+			runTable(t, tbl, []Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
+			deleteByHand(t, nl, dst)
+			if got := restoredWithin(t, nl, dst, time.Second); got != tc.restored {
+				t.Errorf("refresh %s: route restored within 1s = %v, want %v", tc.interval, got, tc.restored)
+			}
+		})
+	}
+}
+
+// SetRefreshInterval takes effect on a running table: turning the refresh
+// on repairs drift that was left alone while it was off, and turning it
+// off again stops the repairs.
+func TestSetRefreshIntervalAtRuntime(t *testing.T) {
+	const dst = "10.244.0.8/32"
+	nl := testNS(t)
+	tbl := New(nl, 0, quiet())
+	runTable(t, tbl, []Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
+
+	deleteByHand(t, nl, dst)
+	if restoredWithin(t, nl, dst, 500*time.Millisecond) {
+		t.Fatal("route restored with the refresh disabled")
+	}
+	tbl.SetRefreshInterval(50 * time.Millisecond)
+	if !restoredWithin(t, nl, dst, 2*time.Second) {
+		t.Fatal("route not restored within 2s of setting a 50ms refresh")
+	}
+
+	tbl.SetRefreshInterval(0)
+	time.Sleep(100 * time.Millisecond) // let Run take the change
+	deleteByHand(t, nl, dst)
+	if restoredWithin(t, nl, dst, 500*time.Millisecond) {
+		t.Error("route restored after the refresh was disabled again")
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +37,14 @@ type Programmer struct {
 	r       Runner
 	log     *slog.Logger
 	MaxElem int // ipset maxelem; 0 = felix's default
+
+	// known is what the kernel held after our last successful Apply,
+	// so that the next one diffs without reading the kernel back (an
+	// iptables-save and ipset save of a large ruleset cost more than the
+	// change itself). nil: read the kernel on the next Apply. Invalidate
+	// and every failure reset it, so drift made by others is found on the
+	// agent's periodic resync, as with felix.
+	known *kernelState
 
 	restores     prometheus.Counter
 	restoreErrs  prometheus.Counter
@@ -84,29 +94,56 @@ func New(b Backend, r Runner, m *Metrics, logger *slog.Logger) *Programmer {
 	}
 }
 
-// Apply makes the kernel match f. On error the kernel may be partly
-// updated; the caller retries and the next Apply finishes the job.
-func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (Stats, error) {
-	var st Stats
-	actualSets, err := p.readSets(ctx)
+// kernelState is our view of our part of the kernel: each table as
+// iptables-save showed it (or as we then wrote it) and our ip sets.
+type kernelState struct {
+	tables map[string]savedTable
+	sets   map[string]*savedSet
+}
+
+// Invalidate makes the next Apply read the kernel instead of trusting
+// what the programmer last wrote: call it on the periodic resync.
+func (p *Programmer) Invalidate() { p.known = nil }
+
+// read loads our ip sets and the tables of f from the kernel.
+func (p *Programmer) read(ctx context.Context, f *policy.Family) (*kernelState, error) {
+	sets, err := p.readSets(ctx)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
+	k := &kernelState{tables: map[string]savedTable{}, sets: sets}
+	for _, t := range f.Tables() {
+		out, err := p.r.Run(ctx, p.b.Save, []string{"-t", t.Name}, "")
+		if err != nil {
+			return nil, fmt.Errorf("read table %s: %w", t.Name, err)
+		}
+		k.tables[t.Name] = parseSave(out)
+	}
+	return k, nil
+}
+
+// Apply makes the kernel match f. On error the kernel may be partly
+// updated; the caller retries and the next Apply (which re-reads the
+// kernel) finishes the job.
+func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err error) {
+	known := p.known
+	p.known = nil // until this Apply has succeeded
+	if known == nil || !known.covers(f) {
+		if known, err = p.read(ctx, f); err != nil {
+			return st, err
+		}
+	}
+	actualSets := known.sets
 	// 1. IP sets first: new rules may reference them.
 	if err := p.writeSets(ctx, f.IPSets, actualSets, &st); err != nil {
 		return st, err
 	}
 	// 2. All tables in one iptables-restore.
 	var payload strings.Builder
-	for _, t := range []*policy.Table{&f.Filter, &f.NAT} {
-		if t.Name == "" {
-			continue
-		}
-		out, err := p.r.Run(ctx, p.b.Save, []string{"-t", t.Name}, "")
-		if err != nil {
-			return st, fmt.Errorf("read table %s: %w", t.Name, err)
-		}
-		payload.WriteString(diffTable(t, parseSave(out), &st))
+	hashes := map[string]chainHashes{}
+	for _, t := range f.Tables() {
+		hashes[t.Name] = hashChains(t)
+		payload.WriteString(diffTable(t, known.tables[t.Name], hashes[t.Name], &st))
 	}
 	if payload.Len() > 0 {
 		start := time.Now()
@@ -122,19 +159,84 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (Stats, error)
 	if err := p.destroyStaleSets(ctx, f.IPSets, actualSets, &st); err != nil {
 		return st, err
 	}
+	// Chain writes and deletions are easy to account for; fixed hooks sit
+	// among other software's rules in the built-in chains, which only a
+	// fresh read shows exactly.
+	if st.HooksFixed == 0 {
+		p.known = known.after(f, hashes)
+	}
 	if st.Changed() {
 		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
 	}
 	return st, nil
 }
 
+// covers reports whether k has every table f needs.
+func (k *kernelState) covers(f *policy.Family) bool {
+	for _, t := range f.Tables() {
+		if _, ok := k.tables[t.Name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// after is k once f has been written over it without hook fixes: every
+// chain of f holds f's rules, our other chains are gone, every set of f
+// holds its members, and stale and scratch sets are gone.
+func (k *kernelState) after(f *policy.Family, hashes map[string]chainHashes) *kernelState {
+	out := &kernelState{tables: map[string]savedTable{}, sets: map[string]*savedSet{}}
+	for _, t := range f.Tables() {
+		old := k.tables[t.Name]
+		nt := savedTable{chains: map[string][]string{}, specs: old.specs}
+		for _, name := range old.order {
+			if !isOurs(name) || t.Chain(name) != nil {
+				nt.chains[name] = old.chains[name]
+				nt.order = append(nt.order, name)
+			}
+		}
+		for i := range t.Chains {
+			c := &t.Chains[i]
+			if _, ok := nt.chains[c.Name]; !ok {
+				nt.order = append(nt.order, c.Name)
+			}
+			nt.chains[c.Name] = hashes[t.Name][i]
+		}
+		out.tables[t.Name] = nt
+	}
+	for _, s := range f.IPSets {
+		out.sets[s.Name] = &savedSet{typ: s.Type, members: sortedCopy(s.Members)}
+	}
+	return out
+}
+
+// chainHashes are the rule hashes of each chain of a table, by index.
+type chainHashes [][]string
+
+// hashChains hashes every rule of t, on all CPUs: rendering and hashing
+// the rules of a large ruleset is most of the CPU time of a small change.
+func hashChains(t *policy.Table) chainHashes {
+	out := make(chainHashes, len(t.Chains))
+	workers := min(runtime.GOMAXPROCS(0), 8)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(t.Chains); i += workers {
+				out[i] = t.Chains[i].Hashes()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
 // diffTable renders the restore section that turns saved into t, or "".
-func diffTable(t *policy.Table, saved savedTable, st *Stats) string {
+func diffTable(t *policy.Table, saved savedTable, hashes chainHashes, st *Stats) string {
 	var heads, body, tail []string
 	for i := range t.Chains {
 		c := &t.Chains[i]
 		have, exists := saved.chains[c.Name]
-		if exists && slices.Equal(have, c.Hashes()) {
+		if exists && slices.Equal(have, hashes[i]) {
 			continue
 		}
 		heads = append(heads, ":"+c.Name+" - [0:0]")

@@ -20,10 +20,12 @@ import (
 type nsRunner struct {
 	ns       string
 	restores int
+	runs     int // every command
 	log      []string
 }
 
 func (r *nsRunner) Run(ctx context.Context, name string, args []string, stdin string) (string, error) {
+	r.runs++
 	if strings.Contains(name, "restore") && name != "ipset" {
 		r.restores++
 		r.log = append(r.log, stdin)
@@ -151,6 +153,13 @@ func TestApplyInNamespace(t *testing.T) {
 				t.Errorf("unchanged state rewrote the kernel: %+v, %d restores\n%s", st, r.restores, strings.Join(r.log, "\n"))
 			}
 
+			// The programmer trusts what it last wrote: an unchanged
+			// state costs no command at all, not even a read-back...
+			r.runs = 0
+			if st, err := p2.Apply(ctx, res.V4); err != nil || st.Changed() || r.runs != 0 {
+				t.Errorf("second apply of unchanged state: %+v %v, %d commands run", st, err, r.runs)
+			}
+
 			// A rule deleted by hand: exactly that chain is rewritten.
 			var victim string
 			for _, c := range res.V4.Filter.Chains {
@@ -162,6 +171,11 @@ func TestApplyInNamespace(t *testing.T) {
 				t.Fatalf("no policy chain compiled: %v", chainNames(res.V4.Filter))
 			}
 			r.sh(t, ipt, "-D", victim, "1")
+			// ...so drift is found on the resync, which invalidates.
+			if st, _ := p2.Apply(ctx, res.V4); st.Changed() {
+				t.Errorf("apply without resync re-read the kernel: %+v", st)
+			}
+			p2.Invalidate()
 			st, err = p2.Apply(ctx, res.V4)
 			if err != nil {
 				t.Fatal(err)
@@ -176,6 +190,7 @@ func TestApplyInNamespace(t *testing.T) {
 			// Another program inserts a rule in front of our hook: the hook
 			// moves back to the top, their rule stays.
 			r.sh(t, ipt, "-I", "INPUT", "1", "-s", "192.0.2.9", "-j", "DROP")
+			p2.Invalidate()
 			st, err = p2.Apply(ctx, res.V4)
 			if err != nil || st.HooksFixed != 1 {
 				t.Errorf("hook repair: %+v %v", st, err)
@@ -210,6 +225,19 @@ func TestApplyInNamespace(t *testing.T) {
 			}
 			if st, _ := p2.Apply(ctx, res2.V4); st.Changed() {
 				t.Errorf("not converged after removal: %+v", st)
+			}
+			// What the programmer believes it wrote is what the kernel has.
+			p2.Invalidate()
+			if st, _ := p2.Apply(ctx, res2.V4); st.Changed() {
+				t.Errorf("the programmer's view after removal differed from the kernel: %+v", st)
+			}
+			// And back: the policy's chains and sets return, from the view.
+			if st, err := p2.Apply(ctx, res.V4); err != nil || st.ChainsWritten == 0 || st.SetsWritten == 0 {
+				t.Errorf("policy restored: %+v %v", st, err)
+			}
+			p2.Invalidate()
+			if st, _ := p2.Apply(ctx, res.V4); st.Changed() {
+				t.Errorf("the programmer's view after re-adding differed from the kernel: %+v", st)
 			}
 		})
 	}

@@ -5,25 +5,35 @@
 // # Model
 //
 // A Packet (addresses, protocol, ports or ICMP type/code, conntrack state,
-// incoming mark) enters a built-in chain of a Family's table (filter INPUT,
-// FORWARD or OUTPUT, nat POSTROUTING) through interfaces given by name. The
-// built-in chain holds only our hook rules and accepts by default, as on a
-// host where no other software has rules. Traverse follows jumps, gotos and
-// returns, evaluates every match type policy produces (IP set membership
-// from the Family's IPSets, multiport, ICMP, marks, conntrack state,
-// interface wildcards) and applies mark changes, and returns the verdict
+// incoming mark) enters a built-in chain of a Family's table (raw
+// PREROUTING or OUTPUT, mangle PREROUTING, filter INPUT, FORWARD or OUTPUT,
+// nat POSTROUTING) through interfaces given by name. The built-in chain
+// holds only our hook rules and accepts by default, as on a host where no
+// other software has rules. Traverse follows jumps, gotos and returns,
+// evaluates every match type policy produces (IP set membership from the
+// Family's IPSets, multiport, ICMP, marks, conntrack state, interface
+// wildcards) and applies mark changes and NOTRACK, and returns the verdict
 // with a trace of the rules that matched.
+//
+// Walk strings the tables together the way netfilter does for a packet to
+// the host, through it or from it: raw, then mangle, then (on the
+// packet's way) a destination NAT the caller describes, then filter, then
+// nat POSTROUTING. The mark carries from table to table; a packet raw
+// exempted from conntrack is UNTRACKED from then on and is not NAT-ed. An
+// ACCEPT ends only its own table; DROP and REJECT end the walk.
 //
 // # What it does not model
 //
-// Connection tracking itself (the caller says what state the packet is
-// in), other tables, routing, and the kernel's own checks. Only the
-// constructs package policy generates are understood.
+// Connection tracking itself (the caller says what state the packet is in;
+// only the raw table, which runs before conntrack, sees no state, as the
+// kernel's conntrack match reports INVALID there), other software's rules,
+// routing, and the kernel's own checks. Only the constructs package policy
+// generates are understood.
 //
 // # Thread safety
 //
-// Traverse only reads its arguments; it may be called concurrently. A Sets
-// index built by NewSets is immutable.
+// Traverse and Walk only read their arguments; they may be called
+// concurrently. A Sets index built by NewSets is immutable.
 package sim
 
 import (
@@ -45,7 +55,7 @@ type Packet struct {
 	ICMPType         uint8
 	ICMPCode         uint8
 	// State is the conntrack state: "NEW" (the default when empty),
-	// "ESTABLISHED", "RELATED" or "INVALID".
+	// "ESTABLISHED", "RELATED", "INVALID" or "UNTRACKED".
 	State string
 	// DNAT says conntrack has destination-NATed the connection.
 	DNAT bool
@@ -83,6 +93,8 @@ type Result struct {
 	NAT string
 	// Logged counts LOG rules that fired.
 	Logged int
+	// Untracked says a NOTRACK rule fired.
+	Untracked bool
 	// Trace lists "chain#index" for each rule that matched, in order.
 	Trace []string
 }
@@ -169,9 +181,10 @@ func hasPorts(proto uint8) bool {
 const maxSteps = 1_000_000
 
 // Traverse runs p through the built-in chain (e.g. "FORWARD") of table
-// ("filter" or "nat") of f, entering on interface in and leaving on out
-// (either may be empty). It returns an error for a rule it cannot evaluate
-// (a missing chain or set), which means the compiled rules are broken.
+// ("raw", "mangle", "nat" or "filter") of f, entering on interface in and
+// leaving on out (either may be empty). It returns an error for a rule it
+// cannot evaluate (a missing chain or set, an action the table does not
+// allow), which means the compiled rules are broken.
 func Traverse(f *policy.Family, sets *Sets, table, builtin string, p Packet, in, out string) (Result, error) {
 	var t *policy.Table
 	switch table {
@@ -179,6 +192,12 @@ func Traverse(f *policy.Family, sets *Sets, table, builtin string, p Packet, in,
 		t = &f.Filter
 	case policy.TableNAT:
 		t = &f.NAT
+	case policy.TableRaw:
+		t = &f.Raw
+		// raw runs before conntrack has looked at the packet.
+		p.State, p.DNAT = "INVALID", false
+	case policy.TableMangle:
+		t = &f.Mangle
 	default:
 		return Result{}, fmt.Errorf("unknown table %q", table)
 	}
@@ -198,7 +217,7 @@ func Traverse(f *policy.Family, sets *Sets, table, builtin string, p Packet, in,
 			hooks = append(hooks, h.Rule)
 		}
 	}
-	tr := &traversal{t: t, sets: sets, p: p, in: in, out: out, res: Result{Mark: p.Mark}}
+	tr := &traversal{table: table, t: t, sets: sets, p: p, in: in, out: out, res: Result{Mark: p.Mark}}
 	builtinChain := &policy.Chain{Name: builtin, Rules: hooks}
 	v, err := tr.run(builtinChain)
 	tr.res.Verdict = v
@@ -207,6 +226,7 @@ func Traverse(f *policy.Family, sets *Sets, table, builtin string, p Packet, in,
 }
 
 type traversal struct {
+	table   string
 	t       *policy.Table
 	sets    *Sets
 	p       Packet
@@ -252,7 +272,18 @@ func (tr *traversal) run(start *policy.Chain) (Verdict, error) {
 		case policy.Drop:
 			return Drop, nil
 		case policy.Reject:
+			if tr.table != policy.TableFilter {
+				return Drop, fmt.Errorf("%s rule %d: REJECT in the %s table", top.chain.Name, idx, tr.table)
+			}
 			return Reject, nil
+		case policy.NoTrack:
+			if tr.table != policy.TableRaw {
+				return Drop, fmt.Errorf("%s rule %d: NOTRACK in the %s table", top.chain.Name, idx, tr.table)
+			}
+			// NOTRACK continues; later conntrack matches see the packet
+			// as untracked.
+			tr.res.Untracked = true
+			tr.p.State = "UNTRACKED"
 		case policy.Return:
 			stack = stack[:len(stack)-1]
 			if len(stack) == 0 {
@@ -433,4 +464,155 @@ func (tr *traversal) match(c policy.Criterion) (bool, error) {
 		return name == m.Name, nil
 	}
 	return false, fmt.Errorf("unknown criterion %T", c)
+}
+
+// Path is the way a packet crosses the host.
+type Path int
+
+const (
+	// Input: a packet for the host itself.
+	Input Path = iota
+	// Forward: a packet the host routes.
+	Forward
+	// Output: a packet the host sends.
+	Output
+)
+
+func (p Path) String() string {
+	switch p {
+	case Input:
+		return "input"
+	case Forward:
+		return "forward"
+	case Output:
+		return "output"
+	}
+	return "Path(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Hop is one packet's way through the host.
+type Hop struct {
+	Path Path
+	// In and Out are the interfaces the packet arrives on and leaves by
+	// (In is empty on Output, Out on Input).
+	In, Out string
+	// DNAT, when valid, is where the nat table (kube-proxy's rules for a
+	// NodePort, say) sends a tracked packet: it happens after mangle
+	// PREROUTING (nat OUTPUT for Output), so the filter table sees the new
+	// destination and conntrack state DNAT, while raw and mangle see the
+	// original one.
+	DNAT netip.AddrPort
+}
+
+// Step is what one built-in chain did with the packet.
+type Step struct {
+	Table, Chain string
+	Result       Result
+}
+
+// WalkResult is the fate of a packet on its way through the host.
+type WalkResult struct {
+	// Verdict is Accept when every table let the packet through, else
+	// the DROP or REJECT of the last step.
+	Verdict Verdict
+	// Steps are the built-in chains the packet went through, in order;
+	// the last one decided a Drop or Reject.
+	Steps []Step
+	// Untracked says the raw table exempted the packet from conntrack.
+	Untracked bool
+	// Mark is the packet mark at the end.
+	Mark uint32
+	// NAT is set when nat POSTROUTING masqueraded or SNAT-ed the packet.
+	NAT string
+	// Logged counts LOG rules that fired in all tables.
+	Logged int
+}
+
+// DecidedIn returns "table chain" of the last step, where a dropped
+// packet was dropped.
+func (w WalkResult) DecidedIn() string {
+	if len(w.Steps) == 0 {
+		return ""
+	}
+	s := w.Steps[len(w.Steps)-1]
+	return s.Table + " " + s.Chain
+}
+
+// Trace lists "table:chain#index" for every rule that matched on the way.
+func (w WalkResult) Trace() []string {
+	var out []string
+	for _, s := range w.Steps {
+		for _, t := range s.Result.Trace {
+			out = append(out, s.Table+":"+t)
+		}
+	}
+	return out
+}
+
+// dnatStep marks where the destination NAT of a Hop happens.
+const dnatStep = "dnat"
+
+// walkSteps are netfilter's hooks in priority order for each path, less
+// the ones we put nothing in (mangle INPUT, FORWARD and OUTPUT, nat INPUT,
+// mangle POSTROUTING).
+var walkSteps = map[Path][][2]string{
+	Input: {
+		{policy.TableRaw, "PREROUTING"}, {policy.TableMangle, "PREROUTING"}, {dnatStep, ""},
+		{policy.TableFilter, "INPUT"},
+	},
+	Forward: {
+		{policy.TableRaw, "PREROUTING"}, {policy.TableMangle, "PREROUTING"}, {dnatStep, ""},
+		{policy.TableFilter, "FORWARD"}, {policy.TableNAT, "POSTROUTING"},
+	},
+	Output: {
+		{policy.TableRaw, "OUTPUT"}, {dnatStep, ""},
+		{policy.TableFilter, "OUTPUT"}, {policy.TableNAT, "POSTROUTING"},
+	},
+}
+
+// Walk runs p through every table on its way through the host (see the
+// package doc).
+func Walk(f *policy.Family, sets *Sets, h Hop, p Packet) (WalkResult, error) {
+	steps, ok := walkSteps[h.Path]
+	if !ok {
+		return WalkResult{}, fmt.Errorf("unknown path %v", h.Path)
+	}
+	if p.State == "" {
+		p.State = "NEW"
+	}
+	var w WalkResult
+	for _, st := range steps {
+		table, chain := st[0], st[1]
+		if w.Untracked && (table == dnatStep || table == policy.TableNAT) {
+			// The nat table only sees tracked connections.
+			continue
+		}
+		if table == dnatStep {
+			if h.DNAT.IsValid() {
+				p.Dst, p.DstPort, p.DNAT = h.DNAT.Addr(), h.DNAT.Port(), true
+			}
+			continue
+		}
+		r, err := Traverse(f, sets, table, chain, p, h.In, h.Out)
+		w.Steps = append(w.Steps, Step{Table: table, Chain: chain, Result: r})
+		w.Logged += r.Logged
+		if err != nil {
+			return w, fmt.Errorf("%s %s: %w", table, chain, err)
+		}
+		p.Mark = r.Mark
+		w.Mark = r.Mark
+		if r.Untracked {
+			w.Untracked = true
+			p.State = "UNTRACKED"
+		}
+		if r.NAT != "" {
+			w.NAT = r.NAT
+		}
+		if r.Verdict != Accept {
+			w.Verdict = r.Verdict
+			return w, nil
+		}
+	}
+	w.Verdict = Accept
+	return w, nil
 }

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -99,6 +100,124 @@ func TestTraverseRejectsWhatIptablesRejects(t *testing.T) {
 			p := sim.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: 6, DstPort: 80}
 			if _, err := sim.Traverse(f, sets, policy.TableFilter, "INPUT", p, "eth0", ""); err == nil {
 				t.Error("no error")
+			}
+		})
+	}
+}
+
+// walkFamily has a rule in every table a walk crosses, each recording
+// what it saw in the mark, so that the order, the mark hand-over, NOTRACK
+// and DNAT can be checked.
+func walkFamily() *policy.Family {
+	hook := func(builtin, chain string) []policy.Hook {
+		return []policy.Hook{{Chain: builtin, Rule: policy.Rule{Action: policy.Jump{Chain: chain}}}}
+	}
+	m := func(mark uint32) policy.Match { return policy.Match{policy.MatchMark{Mark: mark, Mask: mark}} }
+	ct := func(states string) policy.Match { return policy.Match{policy.MatchConntrack{States: states}} }
+	dst := func(p string) policy.Match {
+		return policy.Match{policy.MatchNet{Dir: policy.Dst, Net: netip.MustParsePrefix(p)}}
+	}
+	return &policy.Family{
+		Version: 4,
+		Raw: policy.Table{Name: policy.TableRaw, Hooks: append(hook("PREROUTING", "cali-pre"), hook("OUTPUT", "cali-pre")...),
+			Chains: []policy.Chain{{Name: "cali-pre", Rules: []policy.Rule{
+				// raw sees no conntrack state yet.
+				{Match: ct("INVALID"), Action: policy.SetMark{Mark: 0x1, Mask: 0x1}},
+				{Match: dst("10.9.0.0/16"), Action: policy.NoTrack{}},
+				{Match: ct("UNTRACKED"), Action: policy.SetMark{Mark: 0x2, Mask: 0x2}},
+				{Match: dst("10.8.0.0/16"), Action: policy.Drop{}},
+			}}}},
+		Mangle: policy.Table{Name: policy.TableMangle, Hooks: hook("PREROUTING", "cali-pre"),
+			Chains: []policy.Chain{{Name: "cali-pre", Rules: []policy.Rule{
+				// Sees raw's mark and the original destination.
+				{Match: append(m(0x1), dst("10.0.0.10/32")...), Action: policy.SetMark{Mark: 0x4, Mask: 0x4}},
+			}}}},
+		Filter: policy.Table{Name: policy.TableFilter,
+			Hooks: append(hook("INPUT", "cali-in"), hook("FORWARD", "cali-in")...),
+			Chains: []policy.Chain{{Name: "cali-in", Rules: []policy.Rule{
+				{Match: m(0x4), Action: policy.SetMark{Mark: 0x8, Mask: 0x8}},
+				// The filter table sees the DNAT.
+				{Match: ct("DNAT"), Action: policy.SetMark{Mark: 0x10, Mask: 0x10}},
+				{Match: dst("10.65.0.0/16"), Action: policy.SetMark{Mark: 0x20, Mask: 0x20}},
+				{Match: m(0x2), Action: policy.Accept{}},
+				{Match: ct("UNTRACKED"), Action: policy.Drop{}},
+			}}}},
+		NAT: policy.Table{Name: policy.TableNAT, Hooks: hook("POSTROUTING", "cali-post"),
+			Chains: []policy.Chain{{Name: "cali-post", Rules: []policy.Rule{{Action: policy.Masquerade{}}}}}},
+	}
+}
+
+func TestWalk(t *testing.T) {
+	f := walkFamily()
+	sets, err := sim.NewSets(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	tests := []struct {
+		name      string
+		hop       sim.Hop
+		p         sim.Packet
+		want      sim.Verdict
+		mark      uint32
+		untracked bool
+		nat       string
+		decided   string
+	}{
+		{"mark carries, DNAT seen by filter only, then NAT",
+			sim.Hop{Path: sim.Forward, In: "eth0", Out: "cali1", DNAT: netip.MustParseAddrPort("10.65.0.2:5432")},
+			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.0.0.10"), Proto: 6, DstPort: 30080, State: "ESTABLISHED"},
+			sim.Accept, 0x1 | 0x4 | 0x8 | 0x10 | 0x20, false, "MASQUERADE", "nat POSTROUTING"},
+		{"input path has no POSTROUTING",
+			sim.Hop{Path: sim.Input, In: "eth0"},
+			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.0.0.10"), Proto: 6, DstPort: 22},
+			sim.Accept, 0x1 | 0x4 | 0x8, false, "", "filter INPUT"},
+		{"untracked: later tables see UNTRACKED, no DNAT, no NAT",
+			sim.Hop{Path: sim.Forward, In: "eth0", Out: "eth1", DNAT: netip.MustParseAddrPort("10.65.0.2:5432")},
+			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.9.0.1"), Proto: 6, DstPort: 80},
+			sim.Accept, 0x1 | 0x2, true, "", "filter FORWARD"},
+		{"drop in raw ends the walk",
+			sim.Hop{Path: sim.Forward, In: "eth0", Out: "eth1"},
+			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.8.0.1"), Proto: 6, DstPort: 80},
+			sim.Drop, 0x1, false, "", "raw PREROUTING"},
+		{"output starts in raw OUTPUT",
+			sim.Hop{Path: sim.Output, Out: "eth0"},
+			sim.Packet{Src: a("10.0.0.10"), Dst: a("10.8.0.1"), Proto: 6, DstPort: 80},
+			sim.Drop, 0x1, false, "", "raw OUTPUT"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := sim.Walk(f, sets, tc.hop, tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Verdict != tc.want || got.Mark != tc.mark || got.Untracked != tc.untracked || got.NAT != tc.nat || got.DecidedIn() != tc.decided {
+				t.Errorf("got %v mark %#x untracked %v nat %q at %q, want %v mark %#x untracked %v nat %q at %q; trace %v",
+					got.Verdict, got.Mark, got.Untracked, got.NAT, got.DecidedIn(), tc.want, tc.mark, tc.untracked, tc.nat, tc.decided, got.Trace())
+			}
+		})
+	}
+}
+
+func TestTraverseRejectsActionsOutsideTheirTable(t *testing.T) {
+	for _, tc := range []struct {
+		table  string
+		action policy.Action
+	}{
+		{policy.TableRaw, policy.Reject{}},
+		{policy.TableMangle, policy.Reject{}},
+		{policy.TableFilter, policy.NoTrack{}},
+		{policy.TableMangle, policy.NoTrack{}},
+	} {
+		t.Run(fmt.Sprintf("%T in %s", tc.action, tc.table), func(t *testing.T) {
+			tbl := policy.Table{Name: tc.table,
+				Chains: []policy.Chain{{Name: "cali-a", Rules: []policy.Rule{{Action: tc.action}}}},
+				Hooks:  []policy.Hook{{Chain: "PREROUTING", Rule: policy.Rule{Action: policy.Jump{Chain: "cali-a"}}}},
+			}
+			f := &policy.Family{Version: 4, Raw: tbl, Mangle: tbl, Filter: tbl}
+			p := sim.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: 6, DstPort: 80}
+			if _, err := sim.Traverse(f, &sim.Sets{}, tc.table, "PREROUTING", p, "eth0", ""); err == nil {
+				t.Errorf("%T in %s: no error", tc.action, tc.table)
 			}
 		})
 	}
