@@ -6,8 +6,9 @@
 //	calicoctl    the CLI
 //	anything else: the `calico-node` app (run, ctl, status, version)
 //
-// The CNI plugin path is latency-critical: it runs from package cnientry's
-// init, so it pays only for initialising what the cni package imports.
+// The CNI plugin path is latency-critical: package cnientry's init hands
+// the command to the node's agent before the rest of the binary is
+// initialised; only when no agent takes it does main run the plugin here.
 package main
 
 import (
@@ -16,8 +17,9 @@ import (
 	"path/filepath"
 
 	"github.com/projectcalico/calico-node/cni"
-	// The CNI plugins run (and exit) from this package's init, before the
-	// packages only the agent and CLI need are initialised.
+	// As the CNI plugins, the binary first offers the command to the
+	// node's agent from this package's init, before the rest of the
+	// binary is initialised (see its doc).
 	_ "github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/ctl"
 )

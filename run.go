@@ -30,6 +30,8 @@ import (
 	"github.com/projectcalico/calico-node/autodetect"
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/buildinfo"
+	"github.com/projectcalico/calico-node/cni"
+	"github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/embedetcd"
@@ -57,6 +59,7 @@ type runConfig struct {
 	bgp           bgpConfig
 	kube          kubeConfig // run_k8s.go
 	dataplane     bool       // program routes, policy and overlays in this namespace
+	cniSocket     string     // where plugin processes forward CNI commands; "" off
 }
 
 // bgpConfig is the BGP speaker's part of runConfig.
@@ -107,6 +110,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
 			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
 			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
+			&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
 			&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
 		}, kubeFlags()...),
 		Action: func(c *cli.Context) error {
@@ -208,6 +212,9 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	case "none":
 	default:
 		return cfg, fmt.Errorf("CALICO_DATAPLANE=%q: want iptables or none", dp)
+	}
+	if cfg.cniSocket = c.String("cni-socket"); cfg.cniSocket == "none" {
+		cfg.cniSocket = ""
 	}
 	cfg.bgp.statusSocket = c.String("bgp-status-socket")
 	cfg.bgp.listenPort = c.Int("bgp-listen-port")
@@ -448,6 +455,19 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 				Kernel: nlh, Routes: routeTable, Health: rep,
 			}).Run(ctx)
 			logger.Info("overlay stopped")
+			return err
+		}, func(error) { cancel() })
+	}
+	// The CNI server: the plugin processes on this node hand their
+	// commands to it (package cnientry) and fall back to running them
+	// themselves while it is not there. It needs no state of the agent's,
+	// only to run in the node's namespace, so it serves from the start.
+	if cfg.dataplane && cfg.cniSocket != "" {
+		ctx, cancel := context.WithCancel(parent)
+		srv := cni.NewServer(cfg.cniSocket, reg, logger)
+		g.Add(func() error {
+			err := srv.Run(ctx)
+			logger.Info("cni server stopped")
 			return err
 		}, func(error) { cancel() })
 	}

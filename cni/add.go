@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 
@@ -20,7 +22,7 @@ import (
 )
 
 func cmdAdd(args *skel.CmdArgs) error {
-	return run(NetworkPlugin, "ADD", args, (*invocation).add)
+	return run(&host{}, NetworkPlugin, "ADD", args, (*invocation).add)
 }
 
 // podResult and vethResult carry what ADD starts in the background.
@@ -258,15 +260,17 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 
 	// The runtime may have torn the namespace down while we worked on it
 	// through our descriptor: then nothing we built is reachable.
-	if !sameNetNS(netns, inv.args.Netns) {
-		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s disappeared during ADD", inv.args.Netns), "")
+	// (The agent, holding the runtime's descriptor, can check only when
+	// it sees the runtime's namespace mounts.)
+	if _, err := os.Stat(inv.sandbox()); (err == nil || inv.host.netnsName == "") && !sameNetNS(netns, inv.sandbox()) {
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s disappeared during ADD", inv.sandbox()), "")
 	}
 
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
 			{Name: hostName, Mac: hostVethMAC().String()},
-			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.args.Netns},
+			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.sandbox()},
 		},
 		DNS: dns,
 	}
@@ -282,7 +286,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 			result.Routes = append(result.Routes, &types.Route{Dst: *ipNet(r), GW: gatewayV6().AsSlice()})
 		}
 	}
-	return printResult(result, inv.cniVersion())
+	return printResult(inv.host.out(), result, inv.cniVersion())
 }
 
 // addToExisting is Calico's answer to a second ADD for a plain-CNI
@@ -306,7 +310,7 @@ func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
 			{Name: ep.Spec.InterfaceName, Mac: hostVethMAC().String()},
-			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: netns.Path()},
+			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: inv.sandbox()},
 		},
 		DNS: inv.conf.DNS,
 	}
@@ -317,7 +321,7 @@ func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store
 		}
 		result.IPs = append(result.IPs, &types100.IPConfig{Interface: types100.Int(1), Address: *ipNet(p)})
 	}
-	return printResult(result, inv.cniVersion())
+	return printResult(inv.host.out(), result, inv.cniVersion())
 }
 
 // releaseEndpointIPs frees the addresses an endpoint records (used when a
@@ -504,9 +508,13 @@ func sameNetNS(netns ns.NetNS, path string) bool {
 }
 
 // printResult prints the result in the version the runtime asked for.
-func printResult(r *types100.Result, version string) error {
-	if err := types.PrintResult(r, version); err != nil {
+func printResult(w io.Writer, r *types100.Result, version string) error {
+	res, err := r.GetAsVersion(version)
+	if err != nil {
 		return types.NewError(types.ErrIncompatibleCNIVersion, "print result: "+err.Error(), "")
+	}
+	if err := res.PrintTo(w); err != nil {
+		return types.NewError(types.ErrIOFailure, "print result: "+err.Error(), "")
 	}
 	return nil
 }

@@ -72,4 +72,23 @@ func TestKubernetesModeRealAPIServer(t *testing.T) {
 	}
 	e.mustDel(conf, p)
 	e.assertNothingLeft("k8s-pod-network", p, k8sVethName("shop", "cart-1"))
+
+	// The same pod through the agent's CNI server, twice (its API server
+	// client is kept between commands): the same endpoint results.
+	srv := startServer(t)
+	for range 2 {
+		res := e.mustAdd(conf, p)
+		if a := podAddrs(t, res)[0]; !strings.HasPrefix(a.String(), "10.250.0.") {
+			t.Errorf("through the agent: address %s is not from the namespace's annotated pool", a)
+		}
+		ep := e.endpoints("shop")["node1-k8s-cart--1-eth0"]
+		if ep == nil || !mapsEqual(ep.Labels, want) || !slices.Equal(ep.Spec.Profiles, []string{"kns.shop", "ksa.shop.cart"}) || len(ep.Spec.Ports) != 1 {
+			t.Fatalf("through the agent: endpoint %+v", ep)
+		}
+		e.mustDel(conf, p)
+		e.assertNothingLeft("k8s-pod-network", p, k8sVethName("shop", "cart-1"))
+	}
+	if srv.Served.Load() != 4 || srv.Declined.Load() != 0 {
+		t.Errorf("agent served %d, declined %d; want 4 and 0", srv.Served.Load(), srv.Declined.Load())
+	}
 }

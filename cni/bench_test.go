@@ -14,17 +14,22 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/projectcalico/calico-node/cnientry"
 )
 
 // BenchmarkCNI measures what kubelet waits for: ADD and DEL of one pod,
 // executed through libcni as a container runtime does, for calico +
 // calico-ipam (against the real etcd binary) and, in the same run on the
 // same node, the reference ptp + host-local plugins doing the same veth
-// work. Sequentially, then with 8 pods at a time. A third row runs the
-// same plugin code built alone (testdata/cnionly): the difference to the
-// first is what starting the full calico-node binary costs. The three take
-// turns pod by pod (chunk by chunk when concurrent). It prints a latency
-// table; run it with `make bench-cni`.
+// work. Sequentially, then with 8 pods at a time. calico runs twice: with
+// the agent's CNI server listening (as on a node running calico-node:
+// the plugin hands the command over, cnientry) and with none (the plugin
+// does all the work itself). Another row runs the same plugin code built
+// alone (testdata/cnionly): the difference to "no agent" is what starting
+// the full calico-node binary costs. The rows take turns pod by pod (chunk
+// by chunk when concurrent). It prints a latency table; run it with `make
+// bench-cni`.
 //
 // It runs its own fixed number of operations (CNI_BENCH_N, default 200)
 // whatever b.N is: percentiles need many samples of the same thing.
@@ -92,7 +97,7 @@ func BenchmarkCNI(b *testing.B) {
 	for i := range pods {
 		pods[i] = newPod(b)
 	}
-	// Warm up both (page cache, etcd's first block claim).
+	// Warm up all (page cache, etcd's first block claim).
 	run(e.cni, calico, pods[:8], 1)
 	run(lean, calico, pods[:8], 1)
 	run(e.cni, ptp, pods[:8], 1)
@@ -101,14 +106,20 @@ func BenchmarkCNI(b *testing.B) {
 		impl, mode string
 		s          []sample
 	}
+	// The agent's CNI server, as `calico-node run` has it on a node; the
+	// plugin processes reach it through CALICO_CNI_SOCKET, set per row.
+	startServer(b)
+	sock := os.Getenv(cnientry.SocketEnv)
 	impls := []struct {
-		name string
-		cni  *libcni.CNIConfig
-		conf []byte
+		name   string
+		cni    *libcni.CNIConfig
+		conf   []byte
+		socket string
 	}{
-		{"calico+calico-ipam", e.cni, calico},
-		{"same, plugin built alone", lean, calico},
-		{"ptp+host-local", e.cni, ptp},
+		{"calico, agent running", e.cni, calico, sock},
+		{"calico, no agent", e.cni, calico, "none"},
+		{"same, plugin built alone", lean, calico, "none"},
+		{"ptp+host-local", e.cni, ptp, "none"},
 	}
 	var rows []row
 	for _, mode := range []struct {
@@ -122,6 +133,7 @@ func BenchmarkCNI(b *testing.B) {
 		for lo := 0; lo < len(pods); lo += mode.chunk {
 			chunk := pods[lo:min(lo+mode.chunk, len(pods))]
 			for i, im := range impls {
+				os.Setenv(cnientry.SocketEnv, im.socket)
 				samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
 			}
 		}
@@ -172,12 +184,16 @@ func BenchmarkCNI(b *testing.B) {
 	w.Flush()
 	for _, mode := range []string{"sequential", "8-way"} {
 		for _, op := range []string{"ADD", "DEL"} {
-			ratio := float64(p50["calico+calico-ipam"+mode+op]) / float64(p50["ptp+host-local"+mode+op])
-			alone := float64(p50["same, plugin built alone"+mode+op]) / float64(p50["ptp+host-local"+mode+op])
-			fmt.Printf("p50 %s %s: calico / ptp = %.2fx (plugin built alone: %.2fx)\n", mode, op, ratio, alone)
+			ref := float64(p50["ptp+host-local"+mode+op])
+			ratio := float64(p50["calico, agent running"+mode+op]) / ref
+			direct := float64(p50["calico, no agent"+mode+op]) / ref
+			alone := float64(p50["same, plugin built alone"+mode+op]) / ref
+			fmt.Printf("p50 %s %s: calico / ptp+host-local = %.2fx with the agent running, %.2fx without (plugin built alone: %.2fx)\n", mode, op, ratio, direct, alone)
 			b.ReportMetric(ratio, mode+"-"+op+"-p50-ratio")
+			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
 		}
 	}
+	os.Setenv(cnientry.SocketEnv, "none")
 	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
 		ms(calicoFloor), ms(floor(filepath.Join(leanDir, "calico"))), ms(ptpFloor))
 }

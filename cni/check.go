@@ -21,7 +21,7 @@ import (
 )
 
 func cmdCheck(args *skel.CmdArgs) error {
-	return run(NetworkPlugin, "CHECK", args, (*invocation).check)
+	return run(&host{}, NetworkPlugin, "CHECK", args, (*invocation).check)
 }
 
 // prevResult decodes the result the runtime cached from ADD.

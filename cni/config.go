@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -34,6 +35,12 @@ const (
 // plugin reads. Field names are Calico's, so existing config files work.
 type netConf struct {
 	types.PluginConf
+
+	// env is the invocation's environment (nil: the process's).
+	env func(string) string `json:"-"`
+	// kube hands out a (shared) API client for the config (nil: build
+	// one for this invocation).
+	kube func(*netConf) (*k8sAPI, error) `json:"-"`
 
 	EtcdEndpoints  string `json:"etcd_endpoints"`
 	EtcdAuthority  string `json:"etcd_authority"` // deprecated: host:port
@@ -259,10 +266,10 @@ func (c *netConf) etcdEndpoints() ([]string, error) {
 	case list != "":
 	case c.EtcdAuthority != "":
 		field, list = "etcd_authority", authorityURL(c.EtcdAuthority, c.EtcdScheme)
-	case os.Getenv("ETCD_ENDPOINTS") != "":
-		field, list = "ETCD_ENDPOINTS", os.Getenv("ETCD_ENDPOINTS")
-	case os.Getenv("ETCD_AUTHORITY") != "":
-		field, list = "ETCD_AUTHORITY", authorityURL(os.Getenv("ETCD_AUTHORITY"), os.Getenv("ETCD_SCHEME"))
+	case c.getenv("ETCD_ENDPOINTS") != "":
+		field, list = "ETCD_ENDPOINTS", c.getenv("ETCD_ENDPOINTS")
+	case c.getenv("ETCD_AUTHORITY") != "":
+		field, list = "ETCD_AUTHORITY", authorityURL(c.getenv("ETCD_AUTHORITY"), c.getenv("ETCD_SCHEME"))
 	default:
 		list = defaultEtcdEndpoint
 	}
@@ -317,7 +324,7 @@ func (c *netConf) datastoreConfig(logger *slog.Logger) (datastore.Config, error)
 		if v != "" {
 			return v
 		}
-		return os.Getenv(env)
+		return c.getenv(env)
 	}
 	return datastore.Config{
 		Endpoints:      eps,
@@ -410,8 +417,18 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("%q is not a log level: use debug, info, warning or error", s)
 }
 
-// newLogger logs to stderr only: stdout carries the CNI result.
-func newLogger(c *netConf, plugin string) *slog.Logger {
+// newLogger logs to w (stderr for a plugin process: stdout carries the
+// CNI result) at the config's level.
+func newLogger(c *netConf, plugin string, w io.Writer) *slog.Logger {
 	level, _ := parseLogLevel(c.LogLevel)
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("plugin", plugin)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("plugin", plugin)
+}
+
+// getenv reads the invocation's environment: the process's own, or the
+// one a plugin process forwarded to the agent with its request.
+func (c *netConf) getenv(key string) string {
+	if c.env != nil {
+		return c.env(key)
+	}
+	return os.Getenv(key)
 }

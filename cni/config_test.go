@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"github.com/containernetworking/cni/pkg/skel"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -223,10 +224,24 @@ func TestWorkloadNaming(t *testing.T) {
 		})
 	}
 	t.Run("interface prefix", func(t *testing.T) {
-		t.Setenv("FELIX_INTERFACEPREFIX", "eni,veth,foo")
-		ids := workloadIDs{orchestrator: "k8s", namespace: "namespace", pod: "podname"}
-		if got := ids.hostVethName(); got != "eni82111e10a96" {
-			t.Errorf("hostVethName() = %q, want eni82111e10a96", got)
+		// From the invocation's environment: the process's own, or the
+		// one a plugin forwarded to the agent.
+		for name, h := range map[string]*host{
+			"process": {},
+			"forwarded": {env: func(k string) string {
+				if k == "FELIX_INTERFACEPREFIX" {
+					return "eni,veth,foo"
+				}
+				return ""
+			}},
+		} {
+			if name == "process" {
+				t.Setenv("FELIX_INTERFACEPREFIX", "eni,veth,foo")
+			}
+			inv := &invocation{host: h, args: &skel.CmdArgs{ContainerID: "c1", IfName: "eth0"}, k8s: &k8sArgs{namespace: "namespace", pod: "podname"}}
+			if got := newWorkloadIDs(inv).hostVethName(); got != "eni82111e10a96" {
+				t.Errorf("%s: hostVethName() = %q, want eni82111e10a96", name, got)
+			}
 		}
 	})
 	t.Run("matches ignores prefix neighbours", func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 func cmdDel(args *skel.CmdArgs) error {
-	return run(NetworkPlugin, "DEL", args, (*invocation).del)
+	return run(&host{}, NetworkPlugin, "DEL", args, (*invocation).del)
 }
 
 // del is the network plugin's DEL: delete the WorkloadEndpoint, the pod's

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -28,10 +27,13 @@ type workloadIDs struct {
 	pod          string // k8s only
 	containerID  string
 	endpoint     string // CNI_IFNAME
+	vethPrefix   string // FELIX_INTERFACEPREFIX's first entry, else "cali"
 }
 
 func newWorkloadIDs(inv *invocation) workloadIDs {
+	prefix, _, _ := strings.Cut(inv.getenv("FELIX_INTERFACEPREFIX"), ",")
 	ids := workloadIDs{
+		vethPrefix:   prefix,
 		orchestrator: api.OrchestratorCNI,
 		node:         inv.node,
 		namespace:    "default",
@@ -100,9 +102,9 @@ func (w workloadIDs) matches(ep *api.WorkloadEndpoint) bool {
 // for plain CNI "cali" + the first 11 characters of the container ID. The
 // prefix follows FELIX_INTERFACEPREFIX (its first entry) like Calico.
 func (w workloadIDs) hostVethName() string {
-	prefix := "cali"
-	if env := os.Getenv("FELIX_INTERFACEPREFIX"); env != "" {
-		prefix, _, _ = strings.Cut(env, ",")
+	prefix := w.vethPrefix
+	if prefix == "" {
+		prefix = "cali"
 	}
 	if w.orchestrator == api.OrchestratorKubernetes {
 		sum := sha1.Sum([]byte(w.namespace + "." + w.pod))

@@ -21,7 +21,7 @@ import (
 // instead of failing their ADDs one by one.
 func statusFunc(plugin string) func(*skel.CmdArgs) error {
 	return func(args *skel.CmdArgs) error {
-		return run(plugin, "STATUS", args, func(inv *invocation, ctx context.Context) error {
+		return run(&host{}, plugin, "STATUS", args, func(inv *invocation, ctx context.Context) error {
 			if _, err := inv.datastore(ctx); err != nil {
 				return types.NewError(types.ErrPluginNotAvailable, "datastore is not reachable: "+err.Error(), "")
 			}
@@ -40,7 +40,7 @@ func statusFunc(plugin string) func(*skel.CmdArgs) error {
 // WorkloadEndpoints (network plugin only) and Calico IPAM handles.
 func gcFunc(plugin string) func(*skel.CmdArgs) error {
 	return func(args *skel.CmdArgs) error {
-		return run(plugin, "GC", args, func(inv *invocation, ctx context.Context) error {
+		return run(&host{}, plugin, "GC", args, func(inv *invocation, ctx context.Context) error {
 			return inv.gc(ctx, plugin == NetworkPlugin)
 		})
 	}

@@ -18,15 +18,15 @@ import (
 // "calico-ipam"} it runs the same code in-process.
 
 func ipamAdd(args *skel.CmdArgs) error {
-	return run(IPAMPlugin, "ADD", args, (*invocation).ipamAdd)
+	return run(&host{}, IPAMPlugin, "ADD", args, (*invocation).ipamAdd)
 }
 
 func ipamDel(args *skel.CmdArgs) error {
-	return run(IPAMPlugin, "DEL", args, (*invocation).ipamDel)
+	return run(&host{}, IPAMPlugin, "DEL", args, (*invocation).ipamDel)
 }
 
 func ipamCheck(args *skel.CmdArgs) error {
-	return run(IPAMPlugin, "CHECK", args, (*invocation).ipamCheck)
+	return run(&host{}, IPAMPlugin, "CHECK", args, (*invocation).ipamCheck)
 }
 
 // ipamAdd allocates the container's addresses: the address CNI_ARGS "IP="
@@ -60,7 +60,7 @@ func (inv *invocation) ipamAdd(ctx context.Context) error {
 	for _, a := range addrs {
 		result.IPs = append(result.IPs, &types100.IPConfig{Address: *ipNet(inv.withBlockMask(ctx, a))})
 	}
-	return printResult(result, inv.cniVersion())
+	return printResult(inv.host.out(), result, inv.cniVersion())
 }
 
 // withBlockMask gives an address the prefix length of its IPAM block, as

@@ -129,6 +129,14 @@ func (k *k8sAPI) get(ctx context.Context, resource, name, path string, out any) 
 // kubeconfig file, overridden by the policy section's API root,
 // credentials and CA, and by kubernetes.k8s_api_root.
 func k8sClient(c *netConf) (*k8sAPI, error) {
+	if c.kube != nil {
+		return c.kube(c)
+	}
+	return newK8sClient(c)
+}
+
+// newK8sClient builds the client k8sClient describes.
+func newK8sClient(c *netConf) (*k8sAPI, error) {
 	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubernetes.Kubeconfig}
 	overrides := &clientcmd.ConfigOverrides{}
 	// Old configs carried the full ".../api/v1/" path.

@@ -121,8 +121,42 @@ func answerVersion(stdin io.Reader, stdout io.Writer) error {
 	}{req.CNIVersion, SupportedVersions.SupportedVersions()})
 }
 
+// host is where an invocation runs: a plugin process (the zero host: the
+// process's environment, stdout and stderr, its own etcd connection) or
+// the agent serving a forwarded request (Server).
+type host struct {
+	env    func(string) string // nil: os.Getenv
+	stdout io.Writer           // nil: os.Stdout
+	logTo  io.Writer           // nil: os.Stderr
+	// stores hands out a shared, already connected store for a config;
+	// nil: connect for this invocation and close after it.
+	stores func(context.Context, datastore.Config) (*datastore.Store, error)
+	// netnsName is the runtime's name for the namespace when args.Netns
+	// is a descriptor path (/proc/self/fd/N) of the agent's: results
+	// report it, and the namespace is checked against it while it is
+	// visible here.
+	netnsName string
+	// kube: see netConf.kube.
+	kube func(*netConf) (*k8sAPI, error)
+}
+
+func (h *host) getenv(key string) string {
+	if h.env != nil {
+		return h.env(key)
+	}
+	return os.Getenv(key)
+}
+
+func (h *host) out() io.Writer {
+	if h.stdout != nil {
+		return h.stdout
+	}
+	return os.Stdout
+}
+
 // invocation is one command's parsed input and the connections it opened.
 type invocation struct {
+	host   *host
 	plugin string
 	args   *skel.CmdArgs
 	conf   *netConf
@@ -133,7 +167,8 @@ type invocation struct {
 	// requestedIP is CNI_ARGS "IP=" (calico-ipam only).
 	requestedIP string
 
-	store *datastore.Store
+	store       *datastore.Store
+	sharedStore bool // the host's: not closed with the invocation
 
 	// start and last time the command's phases (debug log).
 	start, last time.Time
@@ -152,14 +187,19 @@ type k8sArgs struct {
 }
 
 // newInvocation parses the config and CNI_ARGS; it opens nothing.
-func newInvocation(plugin string, args *skel.CmdArgs) (*invocation, error) {
+func newInvocation(h *host, plugin string, args *skel.CmdArgs) (*invocation, error) {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
 		return nil, err
 	}
+	conf.env, conf.kube = h.env, h.kube
 	now := time.Now()
-	inv := &invocation{plugin: plugin, args: args, conf: conf, start: now, last: now}
-	inv.logger = newLogger(conf, plugin).With("containerID", args.ContainerID)
+	inv := &invocation{host: h, plugin: plugin, args: args, conf: conf, start: now, last: now}
+	logTo := h.logTo
+	if logTo == nil {
+		logTo = os.Stderr
+	}
+	inv.logger = newLogger(conf, plugin, logTo).With("containerID", args.ContainerID)
 	if args.IfName != "" {
 		inv.logger = inv.logger.With("ifname", args.IfName)
 	}
@@ -196,7 +236,11 @@ func (inv *invocation) datastore(ctx context.Context) (*datastore.Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	store, err := datastore.New(ctx, cfg)
+	connect, shared := datastore.New, false
+	if inv.host.stores != nil {
+		connect, shared = inv.host.stores, true
+	}
+	store, err := connect(ctx, cfg)
 	if err != nil {
 		var cfgErr *datastore.ConfigError
 		if errors.As(err, &cfgErr) {
@@ -208,15 +252,26 @@ func (inv *invocation) datastore(ctx context.Context) (*datastore.Store, error) 
 		}
 		return nil, types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	}
-	inv.store = store
+	inv.store, inv.sharedStore = store, shared
 	return store, nil
 }
 
 func (inv *invocation) close() {
-	if inv.store != nil {
+	if inv.store != nil && !inv.sharedStore {
 		inv.store.Close()
 	}
 }
+
+// sandbox is the pod namespace's path as the runtime named it.
+func (inv *invocation) sandbox() string {
+	if inv.host.netnsName != "" {
+		return inv.host.netnsName
+	}
+	return inv.args.Netns
+}
+
+// getenv reads the invocation's environment.
+func (inv *invocation) getenv(key string) string { return inv.host.getenv(key) }
 
 // cniVersion is the version results are printed in; a config without one
 // is a 0.1.0 config.
@@ -244,9 +299,9 @@ func isUnavailable(err error) bool {
 
 // run is the common shell of every command: parse, run with a deadline,
 // close connections, log the outcome.
-func run(plugin, command string, args *skel.CmdArgs, fn func(*invocation, context.Context) error) error {
+func run(h *host, plugin, command string, args *skel.CmdArgs, fn func(*invocation, context.Context) error) error {
 	start := time.Now()
-	inv, err := newInvocation(plugin, args)
+	inv, err := newInvocation(h, plugin, args)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -37,7 +36,7 @@ import (
 type rcluster struct {
 	t   *testing.T
 	c   *cluster
-	cni *libcni.CNIConfig
+	cni map[int]*libcni.CNIConfig // by node
 
 	mu sync.Mutex // guards c.st: pods are created concurrently
 }
@@ -57,7 +56,7 @@ func newRCluster(t *testing.T) *rcluster {
 		etcdPort: freePortPair(t),
 	}
 	c := &cluster{o: o, out: io.Discard}
-	r := &rcluster{t: t, c: c}
+	r := &rcluster{t: t, c: c, cni: map[int]*libcni.CNIConfig{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			r.dumpLogs()
@@ -78,8 +77,9 @@ func newRCluster(t *testing.T) *rcluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cniLog.Close() })
-	r.cni = libcni.NewCNIConfigWithCacheDir([]string{o.binDir}, filepath.Join(o.stateDir, "cni-cache"),
-		&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: cniLog}})
+	for i := 1; i <= nodeCount; i++ {
+		r.cni[i] = c.cniFor(i, filepath.Join(o.stateDir, "cni-cache"), cniLog)
+	}
 
 	for _, f := range []func() error{c.startEtcd, c.fabric, c.createPool, c.startAgents, r.waitMesh} {
 		if err := f(); err != nil {
@@ -187,7 +187,7 @@ func (r *rcluster) cniAdd(ctx context.Context, p *pod) error {
 		return err
 	}
 	return ns.WithNetNSPath("/var/run/netns/"+r.c.nodeNS(p.node), func(ns.NetNS) error {
-		out, err := r.cni.AddNetworkList(ctx, list, r.runtimeConf(p))
+		out, err := r.cni[p.node].AddNetworkList(ctx, list, r.runtimeConf(p))
 		if err != nil {
 			return fmt.Errorf("CNI ADD %s: %w", p.netns(), err)
 		}
@@ -210,7 +210,7 @@ func (r *rcluster) cniDel(ctx context.Context, p *pod) error {
 		return err
 	}
 	err = ns.WithNetNSPath("/var/run/netns/"+r.c.nodeNS(p.node), func(ns.NetNS) error {
-		return r.cni.DelNetworkList(ctx, list, r.runtimeConf(p))
+		return r.cni[p.node].DelNetworkList(ctx, list, r.runtimeConf(p))
 	})
 	if err != nil {
 		return fmt.Errorf("CNI DEL %s: %w", p.netns(), err)

@@ -22,6 +22,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/projectcalico/calico-node/bgp"
+	"github.com/projectcalico/calico-node/cnientry"
 )
 
 const (
@@ -102,7 +103,28 @@ func (c *cluster) etcdUnix() string {
 }
 func (c *cluster) nodeDir(i int) string   { return filepath.Join(c.o.stateDir, nodeName(i)) }
 func (c *cluster) bgpSocket(i int) string { return filepath.Join(c.nodeDir(i), "bgp.sock") }
-func (c *cluster) calicoctl() string      { return filepath.Join(c.o.binDir, "calicoctl") }
+func (c *cluster) cniSocket(i int) string { return filepath.Join(c.nodeDir(i), "cni.sock") }
+
+// cniFor is libcni as the runtime on node i has it: its plugins reach
+// node i's agent (each simulated node has its own CNI socket; on a real
+// node it is /var/run/calico/cni.sock).
+func (c *cluster) cniFor(i int, cacheDir string, stderr io.Writer) *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir([]string{c.o.binDir}, cacheDir, &nodeExec{
+		Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: stderr}},
+		env:  cnientry.SocketEnv + "=" + c.cniSocket(i),
+	})
+}
+
+// nodeExec runs plugins with one more environment variable.
+type nodeExec struct {
+	invoke.Exec
+	env string
+}
+
+func (e *nodeExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	return e.Exec.ExecPlugin(ctx, pluginPath, stdinData, append(environ, e.env))
+}
+func (c *cluster) calicoctl() string { return filepath.Join(c.o.binDir, "calicoctl") }
 
 // results is what `up --results` reports, for the end-to-end test.
 type results struct {
@@ -491,6 +513,7 @@ func (c *cluster) startAgent(i int) error {
 		"--no-default-pools",
 		"--data-dir="+c.nodeDir(i),
 		"--bgp-status-socket="+c.bgpSocket(i),
+		"--cni-socket="+c.cniSocket(i),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	)
@@ -542,8 +565,8 @@ func (c *cluster) createPods(ctx context.Context) error {
 		return fmt.Errorf("open CNI log: %w", err)
 	}
 	defer cniLog.Close()
-	cni := libcni.NewCNIConfigWithCacheDir([]string{c.o.binDir}, cniCache, &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: cniLog}})
 	for i := 1; i <= nodeCount; i++ {
+		cni := c.cniFor(i, cniCache, cniLog)
 		list, err := c.cniList(i)
 		if err != nil {
 			return err

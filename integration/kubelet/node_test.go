@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -213,6 +215,11 @@ spec:
 	}
 	if links := caliLinks(t); len(links) != 0 {
 		t.Errorf("cali links left after the pods are gone: %v", links)
+	}
+	// The plugin executions of containerd were handed to the running
+	// agent over /var/run/calico/cni.sock (package cnientry).
+	if n := servedCNI(t, agent.health); n < 4 {
+		t.Errorf("the agent served %d CNI commands, want at least the 2 ADDs and 2 DELs", n)
 	}
 	if err := agent.stop(); err != nil {
 		t.Errorf("agent exit: %v\n%s", err, agent.logs())
@@ -455,4 +462,28 @@ func (a *agentProc) stop() error {
 		}
 	})
 	return a.exitErr
+}
+
+// servedCNI reads the agent's calico_cni_server_requests_total{result="served"}.
+func servedCNI(t *testing.T, health string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + health + "/metrics")
+	if err != nil {
+		t.Fatalf("agent metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, `calico_cni_server_requests_total{result="served"} `); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
