@@ -299,16 +299,21 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 // keeps the others out of the raw table, which every packet crosses).
 func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 	tb := newTableBuild()
-	tb.chains = append(tb.chains, c.rawPreroutingChain(), c.rawOutputChain(),
-		c.failsafeChain(chainFailsafeIn, true, true),
-		c.failsafeChain(chainFailsafeOut, false, true),
-	)
 	var ifaces []string
 	for _, ep := range m.hosts {
 		if len(ep.untrackedIn)+len(ep.untrackedOut) == 0 {
 			continue
 		}
 		ifaces = append(ifaces, ep.iface)
+	}
+	tb.chains = append(tb.chains, c.rawPreroutingChain(len(ifaces) > 0), c.rawOutputChain(len(ifaces) > 0),
+		c.failsafeChain(chainFailsafeIn, true, true),
+		c.failsafeChain(chainFailsafeOut, false, true),
+	)
+	for _, ep := range m.hosts {
+		if len(ep.untrackedIn)+len(ep.untrackedOut) == 0 {
+			continue
+		}
 		tb.chains = append(tb.chains,
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindUntracked,
 				tiers: ep.untrackedIn, inbound: true, failsafe: chainFailsafeIn}, tb),

@@ -16,11 +16,16 @@ package policy
 // their doNotTrack ingress policy. Packets from workloads are marked (with
 // scratch0, which nothing in raw uses) and skip it: untracked policy is
 // host endpoint policy only.
-func (c *famCompiler) rawPreroutingChain() Chain {
+func (c *famCompiler) rawPreroutingChain(untracked bool) Chain {
 	m := c.marks
 	// Another program's rules (in append mode, before ours) may have left
 	// our bits set; the accept bit must only ever mean our verdict.
 	rules := []Rule{{Action: SetMark{Mark: 0, Mask: m.all()}}}
+	if !untracked {
+		// No doNotTrack policy on this node: every packet walks this
+		// chain, so it does nothing else.
+		return Chain{Name: chainPrerouting, Rules: rules}
+	}
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: SetMark{Mark: m.scratch0, Mask: m.scratch0}})
 	}
@@ -33,8 +38,11 @@ func (c *famCompiler) rawPreroutingChain() Chain {
 
 // rawOutputChain sends packets the host sends through the doNotTrack
 // egress policy of the host endpoint they leave by.
-func (c *famCompiler) rawOutputChain() Chain {
+func (c *famCompiler) rawOutputChain(untracked bool) Chain {
 	m := c.marks
+	if !untracked {
+		return Chain{Name: chainOutput, Rules: []Rule{{Action: SetMark{Mark: 0, Mask: m.all()}}}}
+	}
 	return Chain{Name: chainOutput, Rules: []Rule{
 		{Action: SetMark{Mark: 0, Mask: m.all()}},
 		{Action: Jump{chainToHEPDispatch}},

@@ -92,10 +92,28 @@ func (c *famCompiler) outputChain() Chain {
 // accept directly.
 func (c *famCompiler) forwardChain() Chain {
 	m := c.marks
-	rules := []Rule{
-		{Action: SetMark{Mark: 0, Mask: m.all() &^ m.accept}},
-		{Match: Match{MatchMark{Mark: 0, Mask: m.accept}}, Action: Jump{chainFromHEPForward}},
+	var rules []Rule
+	// Established and related traffic of a workload is accepted before
+	// the dispatch chains: every endpoint chain a workload's packet can
+	// reach (its own, a host endpoint's forward chain) accepts it first
+	// thing anyway, and with many endpoints the dispatch is most of the
+	// rules a packet walks (~50 with 1,000 endpoints), which showed as
+	// several percent of pod-to-pod throughput. The one difference to
+	// felix: a connection of an interface no endpoint names any more
+	// keeps flowing (felix's dispatch drops it as "Unknown interface");
+	// new connections of it are still dropped.
+	for _, w := range c.wildcards() {
+		for _, out := range []bool{false, true} {
+			rules = append(rules, Rule{
+				Match:  Match{MatchIface{Out: out, Name: w}, MatchConntrack{States: "RELATED,ESTABLISHED"}},
+				Action: Accept{},
+			})
+		}
 	}
+	rules = append(rules,
+		Rule{Action: SetMark{Mark: 0, Mask: m.all() &^ m.accept}},
+		Rule{Match: Match{MatchMark{Mark: 0, Mask: m.accept}}, Action: Jump{chainFromHEPForward}},
+	)
 	for _, w := range c.wildcards() {
 		rules = append(rules,
 			Rule{Match: Match{MatchIface{Name: w}}, Action: Jump{chainFromWLDispatch}},
