@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,14 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/testbin"
 )
 
@@ -34,90 +32,34 @@ func freePort(t *testing.T) int {
 
 // nodeProc is one `calico-node run` process started by a test.
 type nodeProc struct {
-	cmd    *exec.Cmd
+	*proctest.Proc
 	health string
-	logs   *logBuffer
-	done   chan error
-}
-
-// logBuffer collects a process's output; tests may read it while the
-// process still writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs   *proctest.Log
 }
 
 func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	t.Helper()
-	a := &nodeProc{health: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &logBuffer{}, done: make(chan error, 1)}
-	a.cmd = exec.Command(testbin.Path(t), append([]string{"run", "--health-addr", a.health}, args...)...)
+	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(testbin.Path(t), append([]string{"run", "--health-addr", health}, args...)...)
 	// These agents share the test's own network namespace and addresses
 	// that are not there: no BGP speaker (it would listen on the host's
 	// port 179 and dial those addresses). BGP has its own tests in bgp/.
 	// Control-plane tests in the host namespace: no BGP, no kernel changes.
-	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none"}, env...)
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.done <- a.cmd.Wait() }()
-	t.Cleanup(func() {
-		if a.cmd.ProcessState == nil {
-			a.cmd.Process.Kill()
-			<-a.done
-		}
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", a.logs)
-		}
-	})
-	return a
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none"}, env...)
+	p := proctest.Start(t, "calico-node", cmd)
+	return &nodeProc{Proc: p, health: health, logs: p.Log}
 }
 
 func (a *nodeProc) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-a.done:
-			t.Fatalf("agent exited before ready: %v\n%s", err, a.logs)
-		default:
-		}
-		resp, err := http.Get("http://" + a.health + "/readiness")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-			_ = body
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("agent not ready after 30s\n%s", a.logs)
+	a.WaitHTTP(t, 30*time.Second, "http://"+a.health+"/readiness")
 }
 
+// stop sends SIGTERM and returns the agent's exit; an agent still running
+// 15s later is killed and reported.
 func (a *nodeProc) stop(t *testing.T) error {
 	t.Helper()
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.done:
-		return err
-	case <-time.After(15 * time.Second):
-		t.Fatalf("agent did not stop within 15s of SIGTERM\n%s", a.logs)
-		return nil
-	}
+	return a.Stop(15 * time.Second)
 }
 
 func connectStore(t *testing.T, endpoints []string) *datastore.Store {
@@ -227,8 +169,8 @@ func TestRunExternalEtcd(t *testing.T) {
 
 	dup := startAgent(t, []string{"--data-dir", t.TempDir()}, eps, "NODENAME=node4", "IP=198.51.100.2")
 	select {
-	case err := <-dup.done:
-		if err == nil || !strings.Contains(dup.logs.String(), `already used by Calico node "node2"`) {
+	case <-dup.Done():
+		if err := dup.Err(); err == nil || !strings.Contains(dup.logs.String(), `already used by Calico node "node2"`) {
 			t.Errorf("duplicate address: exit %v, logs:\n%s", err, dup.logs)
 		}
 	case <-time.After(30 * time.Second):
@@ -236,8 +178,8 @@ func TestRunExternalEtcd(t *testing.T) {
 	}
 	bad := startAgent(t, []string{"--data-dir", t.TempDir()}, eps, "NODENAME=node5", "IP=198.51.100.5", "CALICO_IPV4POOL_NAT_OUTGOING=maybe")
 	select {
-	case err := <-bad.done:
-		if err == nil || !strings.Contains(bad.logs.String(), `CALICO_IPV4POOL_NAT_OUTGOING="maybe"`) {
+	case <-bad.Done():
+		if err := bad.Err(); err == nil || !strings.Contains(bad.logs.String(), `CALICO_IPV4POOL_NAT_OUTGOING="maybe"`) {
 			t.Errorf("bad env: exit %v, logs:\n%s", err, bad.logs)
 		}
 	case <-time.After(10 * time.Second):

@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/refresh"
 	"github.com/projectcalico/calico-node/routes"
 )
 
@@ -37,10 +37,7 @@ type Endpoints struct {
 	log     *slog.Logger
 	weps    map[confwatch.Key]*api.WorkloadEndpoint // owned by Run
 	applied map[string]bool                         // interfaces whose sysctls are set
-
-	mu      sync.Mutex
-	refresh time.Duration // periodic re-assertion; 0: none
-	retimed chan struct{} // 1-slot: refresh changed
+	refresh *refresh.Ticker                         // periodic re-assertion; 0: none
 }
 
 // SysctlWriter writes one sysctl, e.g. ("net/ipv4/conf/cali1/proxy_arp", "1").
@@ -52,36 +49,21 @@ func ProcSysctl(path, value string) error {
 	return os.WriteFile(filepath.Join("/proc/sys", path), []byte(value), 0o644)
 }
 
-// NewEndpoints builds the actor for node. refresh is how often the host
+// NewEndpoints builds the actor for node. period is how often the host
 // veth sysctls are re-asserted and the routes re-published
 // (routeRefreshInterval); 0 or less: never.
-func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWriter, refresh time.Duration, logger *slog.Logger) *Endpoints {
+func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWriter, period time.Duration, logger *slog.Logger) *Endpoints {
 	return &Endpoints{
-		node: node, watch: watch, sink: sink, sysctl: sysctl, refresh: max(refresh, 0),
+		node: node, watch: watch, sink: sink, sysctl: sysctl, refresh: refresh.NewTicker(period),
 		log:     logger.With("component", "endpoints"),
 		weps:    map[confwatch.Key]*api.WorkloadEndpoint{},
 		applied: map[string]bool{},
-		retimed: make(chan struct{}, 1),
 	}
 }
 
 // SetRefreshInterval changes the refresh period at runtime (0 or less:
 // none). Safe from any goroutine.
-func (e *Endpoints) SetRefreshInterval(d time.Duration) {
-	e.mu.Lock()
-	e.refresh = max(d, 0)
-	e.mu.Unlock()
-	select {
-	case e.retimed <- struct{}{}:
-	default:
-	}
-}
-
-func (e *Endpoints) refreshInterval() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.refresh
-}
+func (e *Endpoints) SetRefreshInterval(d time.Duration) { e.refresh.Set(d) }
 
 // Run follows the WorkloadEndpoints until ctx is done. A host veth that
 // does not exist yet when its endpoint arrives is retried with backoff,
@@ -89,24 +71,8 @@ func (e *Endpoints) refreshInterval() time.Duration {
 func (e *Endpoints) Run(ctx context.Context) error {
 	sub := e.watch.Subscribe("WorkloadEndpoint")
 	updates := sub.Updates(ctx)
-	var tick *time.Ticker
-	var tickC <-chan time.Time
-	retime := func() {
-		if tick != nil {
-			tick.Stop()
-			tick, tickC = nil, nil
-		}
-		if d := e.refreshInterval(); d > 0 {
-			tick = time.NewTicker(d)
-			tickC = tick.C
-		}
-	}
-	retime()
-	defer func() {
-		if tick != nil {
-			tick.Stop()
-		}
-	}()
+	tickC := e.refresh.Start()
+	defer e.refresh.Stop()
 	synced := false
 	missingBackoff := time.Duration(0)
 	for {
@@ -123,8 +89,8 @@ func (e *Endpoints) Run(ctx context.Context) error {
 			}
 			e.apply(ups)
 			synced = true
-		case <-e.retimed:
-			retime()
+		case <-e.refresh.Changed():
+			tickC = e.refresh.Start()
 			continue
 		case <-tickC:
 			// Re-assert every interface's sysctls: a hand edit does not

@@ -173,26 +173,7 @@ func (p *Policy) Snapshot() *policy.Snapshot {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		switch o := p.objs[k].(type) {
-		case *api.WorkloadEndpoint:
-			s.WorkloadEndpoints = append(s.WorkloadEndpoints, *o)
-		case *api.HostEndpoint:
-			s.HostEndpoints = append(s.HostEndpoints, *o)
-		case *api.NetworkPolicy:
-			s.NetworkPolicies = append(s.NetworkPolicies, *o)
-		case *api.GlobalNetworkPolicy:
-			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, *o)
-		case *api.Profile:
-			s.Profiles = append(s.Profiles, *o)
-		case *api.NetworkSet:
-			s.NetworkSets = append(s.NetworkSets, *o)
-		case *api.GlobalNetworkSet:
-			s.GlobalNetworkSets = append(s.GlobalNetworkSets, *o)
-		case *api.Tier:
-			s.Tiers = append(s.Tiers, *o)
-		case *api.IPPool:
-			s.IPPools = append(s.IPPools, *o)
-		}
+		s.Add(p.objs[k])
 	}
 	felix := FelixSpec(p.objs, p.node, p.Overrides)
 	s.Config = policy.ConfigFromFelix(&felix)

@@ -1,15 +1,14 @@
 package bgp
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/routeproto"
 	"github.com/projectcalico/calico-node/testbin"
 )
@@ -172,89 +172,23 @@ func (h *host) calicoRoutes(t testing.TB) map[string]string {
 	return rs
 }
 
-// logBuffer is a goroutine-safe process log.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// proc is a process started in a namespace, ended by its PID.
+type proc struct{ *proctest.Proc }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// proc is a process started in a namespace, stopped by its PID.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *logBuffer
-	done chan struct{}
-}
-
-func startProc(t testing.TB, name, ns string, argv ...string) *proc {
+func startProc(t testing.TB, name, ns string, argv ...string) proc {
 	t.Helper()
-	p := &proc{name: name, logs: &logBuffer{}, done: make(chan struct{})}
 	// `ip netns exec` execs the program in place: the PID is the program's.
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-	p.cmd.Env = append(os.Environ(), "ETCD_ENDPOINTS=", "HOSTNAME="+name)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- %s log (tail):\n%s", name, tail(p.logs.String(), 60))
-		}
-	})
-	return p
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Env = append(os.Environ(), "ETCD_ENDPOINTS=", "HOSTNAME="+name)
+	return proc{proctest.Start(t, name, cmd)}
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits; kill escalates after a grace period.
-func (p *proc) stop(t testing.TB) {
+// stop sends SIGTERM and waits; a process still running 15s later is
+// killed and fails the test.
+func (p proc) stop(t testing.TB) {
 	t.Helper()
-	if !p.running() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Errorf("%s did not stop on SIGTERM", p.name)
-		p.kill()
-	}
-}
-
-func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Kill()
-		<-p.done
+	if err := p.Stop(15 * time.Second); errors.Is(err, proctest.ErrKilled) {
+		t.Error(err)
 	}
 }
 
@@ -266,7 +200,7 @@ type agent struct {
 	dir    string
 	socket string
 	extra  []string
-	p      *proc
+	p      proc
 }
 
 func (f *fabric) agent(h *host, node string, extra ...string) *agent {
@@ -286,6 +220,9 @@ func (a *agent) start(t testing.TB) {
 		"--no-default-pools",
 		"--data-dir=" + a.dir,
 		"--bgp-status-socket=" + a.socket,
+		// Not the machine's /var/run/calico/cni.sock: other tests' plugins
+		// must not reach these agents.
+		"--cni-socket=" + filepath.Join(a.dir, "cni.sock"),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	}, a.extra...)
@@ -315,7 +252,7 @@ func (a *agent) waitSessions(t testing.TB, timeout time.Duration, peers ...strin
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
-		if !a.p.running() {
+		if !a.p.Running() {
 			t.Fatalf("agent %s exited", a.node)
 		}
 		ss := a.sessions()
@@ -441,7 +378,7 @@ func (f *fabric) affine(node, cidr string) {
 type bird struct {
 	h    *host
 	sock string
-	p    *proc
+	p    proc
 }
 
 func (f *fabric) bird(h *host, config string) *bird {
@@ -455,15 +392,15 @@ func (f *fabric) bird(h *host, config string) *bird {
 	b := &bird{h: h, sock: filepath.Join(dir, "bird.ctl")}
 	b.p = startProc(f.t, "bird-"+h.addr.String(), h.ns, "bird", "-f", "-c", conf, "-s", b.sock)
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && b.p.running() {
+	for time.Now().Before(deadline) && b.p.Running() {
 		// The control socket answers once the configuration is in.
 		if out, err := exec.Command("birdc", "-s", b.sock, "show", "status").CombinedOutput(); err == nil &&
-			strings.Contains(string(out), "Daemon is up and running") && b.p.running() {
+			strings.Contains(string(out), "Daemon is up and running") && b.p.Running() {
 			return b
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.t.Fatalf("bird did not start:\n%s", b.p.logs.String())
+	f.t.Fatalf("bird did not start:\n%s", b.p.Log.String())
 	return nil
 }
 

@@ -385,6 +385,11 @@ func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.
 		ep.Spec.ServiceAccountName = pod.ServiceAccount
 		ep.Spec.Ports = pod.Ports
 		ep.Spec.Profiles = pod.profiles(ids.namespace)
+		prefixes, err := pod.allowedSourcePrefixes()
+		if err != nil {
+			return nil, err
+		}
+		ep.Spec.AllowSpoofedSourcePrefixes = prefixes
 	default:
 		if ids.orchestrator == api.OrchestratorKubernetes {
 			ep.Spec.Pod = ids.pod

@@ -31,6 +31,10 @@ const (
 	annotationIPv6Pools  = "cni.projectcalico.org/ipv6pools"
 	annotationIPFamilies = "cni.projectcalico.org/ipFamilies"
 	annotationIPAddrs    = "cni.projectcalico.org/ipAddrs"
+	// annotationAllowedSourcePrefixes lists the source prefixes the pod
+	// may send from besides its own addresses (the endpoint's
+	// allowSpoofedSourcePrefixes; FelixConfiguration must allow it too).
+	annotationAllowedSourcePrefixes = "cni.projectcalico.org/allowedSourcePrefixes"
 
 	// Profile name prefixes of Kubernetes namespaces and service accounts.
 	profileNamespacePrefix      = "kns."
@@ -72,6 +76,33 @@ func (p *podInfo) endpointLabels(namespace string) map[string]string {
 		labels[api.LabelServiceAccount] = sa
 	}
 	return labels
+}
+
+// allowedSourcePrefixes parses the pod's (not the namespace's)
+// allowedSourcePrefixes annotation, as Calico does: a JSON list of CIDRs,
+// normalised.
+func (p *podInfo) allowedSourcePrefixes() ([]string, error) {
+	v := p.Annotations[annotationAllowedSourcePrefixes]
+	if v == "" {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal([]byte(v), &list); err != nil {
+		return nil, configError("annotation "+annotationAllowedSourcePrefixes, "%q is not a JSON list of CIDRs", v)
+	}
+	var out []string
+	for _, s := range list {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+			if aerr != nil {
+				return nil, configError("annotation "+annotationAllowedSourcePrefixes, "%q is not a CIDR", s)
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, pfx.Masked().String())
+	}
+	return out, nil
 }
 
 // annotation returns a pod annotation, falling back to the namespace's.

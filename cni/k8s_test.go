@@ -146,9 +146,29 @@ func TestKubernetesPods(t *testing.T) {
 	kube.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "pinned"}})
 	kube.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fixed", Namespace: "prod",
 		Annotations: map[string]string{"cni.projectcalico.org/ipAddrs": `["10.250.0.77"]`}}})
+	kube.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "spoofer", Namespace: "prod",
+		Annotations: map[string]string{"cni.projectcalico.org/allowedSourcePrefixes": `["10.9.3.0/16", "192.0.2.7"]`}}})
+	kube.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "badspoof", Namespace: "prod",
+		Annotations: map[string]string{"cni.projectcalico.org/allowedSourcePrefixes": `["nope"]`}}})
 	kubeconfig := kube.kubeconfig(t)
 
 	withKubeconfig := e.conf("1.0.0", map[string]any{"kubernetes": map[string]any{"kubeconfig": kubeconfig}})
+	t.Run("allowedSourcePrefixes annotation", func(t *testing.T) {
+		e := e.in(t)
+		p := newPod(t, "prod", "spoofer")
+		e.mustAdd(withKubeconfig, p)
+		ep := e.endpoints("prod")["node1-k8s-spoofer-eth0"]
+		if ep == nil || !slices.Equal(ep.Spec.AllowSpoofedSourcePrefixes, []string{"10.9.0.0/16", "192.0.2.7/32"}) {
+			t.Errorf("endpoint allowSpoofedSourcePrefixes: %+v", ep)
+		}
+		e.mustDel(withKubeconfig, p)
+		bad := newPod(t, "prod", "badspoof")
+		_, err := e.add(withKubeconfig, bad)
+		if code, msg := cniCode(err); code != 7 || !strings.Contains(msg, "allowedSourcePrefixes") {
+			t.Errorf("bad annotation: code %d %q, want 7 naming the annotation", code, msg)
+		}
+		e.assertNothingLeft("k8s-pod-network", bad, k8sVethName("prod", "badspoof"))
+	})
 	withAPIRoot := e.conf("0.3.1", map[string]any{"policy": map[string]any{"type": "k8s", "k8s_api_root": kube.srv.URL + "/api/v1/",
 		"k8s_auth_token": "s3cret", "k8s_certificate_authority": kube.caFile}})
 

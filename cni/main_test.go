@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "set up the test node namespace:", err)
 			os.Exit(1)
 		}
+		// The plugins these tests run do the work themselves unless a
+		// test starts an agent's CNI server for them (startServer): an
+		// agent another package's test runs on this machine must not get
+		// their commands.
+		os.Setenv(cnientry.SocketEnv, "none")
 		code := m.Run()
 		cleanupReferencePlugins()
 		os.Exit(code)

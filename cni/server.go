@@ -135,10 +135,18 @@ func (s *Server) serve(conn *net.UnixConn) {
 	if nsFile != nil {
 		defer nsFile.Close()
 	}
+	if errors.Is(err, io.EOF) {
+		return // a connection test (another agent starting), not a plugin
+	}
+	// The request is ours now: a plugin that loses the connection after
+	// this byte must not run the command again itself.
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, werr := conn.Write([]byte{cnientry.Taken}); werr != nil {
+		s.log.Warn("acknowledge CNI request", "err", werr)
+		return
+	}
 	var resp cnientry.Response
 	switch {
-	case errors.Is(err, io.EOF):
-		return // a connection test (another agent starting), not a plugin
 	case err != nil:
 		resp.Declined = err.Error()
 	default:

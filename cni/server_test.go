@@ -188,42 +188,59 @@ func TestPluginWithoutAgent(t *testing.T) {
 	}
 }
 
-// TestAgentLostMidCommand: an agent that takes the request and vanishes
-// without answering may have done part of an ADD, so the runtime is told
-// to try again (code 11) rather than the plugin doing it a second time;
-// DEL, idempotent, is then done by the plugin itself.
+// TestAgentLostMidCommand: an agent that vanishes before it has taken the
+// request (stopping with it still queued) leaves the plugin to run the
+// command itself; one that vanishes after taking it may have done part of
+// an ADD, so the runtime is told to try again (code 11) rather than the
+// plugin doing it a second time. DEL, idempotent, is then done by the
+// plugin itself.
 func TestAgentLostMidCommand(t *testing.T) {
 	e := newEnv(t)
 	e.addPool("lost", "10.98.9.0/24", 28)
-	dir, err := os.MkdirTemp("", "cnisrv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "cni.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
+	for _, tc := range []struct {
+		name  string
+		taken bool
+	}{{"before taking the request", false}, {"after taking the request", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.in(t)
+			dir, err := os.MkdirTemp("", "cnisrv")
 			if err != nil {
-				return
+				t.Fatal(err)
 			}
-			io.Copy(io.Discard, c) // the whole request, then hang up
-			c.Close()
-		}
-	}()
-	t.Setenv(cnientry.SocketEnv, sock)
-	p := newPod(t)
-	conf := e.conf("1.0.0", nil)
-	_, err = e.add(conf, p)
-	code, msg := cniCode(err)
-	if code != types.ErrTryAgainLater || !strings.Contains(msg, "agent") {
-		t.Errorf("ADD with the agent lost: code %d %q, want 11 naming the agent", code, msg)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			sock := filepath.Join(dir, "cni.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, c) // the whole request, then hang up
+					if tc.taken {
+						c.Write([]byte{cnientry.Taken})
+					}
+					c.Close()
+				}
+			}()
+			t.Setenv(cnientry.SocketEnv, sock)
+			p := newPod(t)
+			conf := e.conf("1.0.0", nil)
+			res, err := e.add(conf, p)
+			if tc.taken {
+				code, msg := cniCode(err)
+				if code != types.ErrTryAgainLater || !strings.Contains(msg, "agent") {
+					t.Errorf("ADD with the agent lost: code %d %q, want 11 naming the agent", code, msg)
+				}
+			} else if err != nil || len(res.IPs) != 1 {
+				t.Errorf("ADD with the agent gone before taking it: %v %v, want the plugin to do it", res, err)
+			}
+			e.mustDel(conf, p)
+			e.assertNothingLeft("k8s-pod-network", p, "")
+		})
 	}
-	e.mustDel(conf, p)
-	e.assertNothingLeft("k8s-pod-network", p, "")
 }

@@ -19,14 +19,16 @@
 // and half-closes the socket; the pod's network namespace, when
 // CNI_NETNS names one, travels as a file descriptor (SCM_RIGHTS) with the
 // first bytes, so the agent needs no view of the runtime's netns mounts.
-// The agent answers with a JSON Response and closes: either Declined (the
-// plugin then carries on in-process, as if no agent ran) or the exit code
-// and the stdout and stderr the plugin is to write.
+// The agent first writes one byte, Taken, once it has read the whole
+// request, then a JSON Response, and closes: either Declined (the plugin
+// then carries on in-process, as if no agent ran) or the exit code and the
+// stdout and stderr the plugin is to write.
 //
-// Fallback: no socket, nobody listening, a refused or failed send, or a
-// Declined answer: init returns and main runs the plugin in this process
-// (package cni), so CNI works while the agent is down or restarting. Once
-// the request has gone out, the agent may have started the work: a lost
+// Fallback: no socket, nobody listening, a refused or failed send, a
+// connection lost before Taken (an agent stopping with the request still
+// queued), or a Declined answer: init returns and main runs the plugin in
+// this process (package cni), so CNI works while the agent is down or
+// restarting. After Taken the agent may have started the work: a lost
 // answer is then an error the runtime retries (code 11), except for DEL,
 // which is idempotent and simply runs again here.
 package cnientry
@@ -45,7 +47,10 @@ const (
 )
 
 // ProtocolVersion changes whenever Request or Response change meaning.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
+
+// Taken is the byte the agent writes once it has read a request.
+const Taken = 'T'
 
 // DefaultSocket is where the agent listens on a node.
 const DefaultSocket = "/var/run/calico/cni.sock"
@@ -174,11 +179,12 @@ func forward(plugin string) (code int, ok bool) {
 	tv := syscall.Timeval{Sec: answerTimeout}
 	_ = syscall.SetsockoptTimeval(sock, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	answer, err := readAllFD(sock)
+	if len(answer) == 0 || answer[0] != Taken {
+		return 0, false // the agent never took the request: run it here
+	}
 	var resp Response
-	if err == nil && len(answer) > 0 {
-		err = json.Unmarshal(answer, &resp)
-	} else if err == nil {
-		err = syscall.ECONNRESET
+	if err == nil {
+		err = json.Unmarshal(answer[1:], &resp)
 	}
 	if err != nil {
 		if os.Getenv("CNI_COMMAND") == "DEL" {
@@ -226,7 +232,7 @@ func readAllFD(fd int) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return out, err // what came before the error counts (Taken)
 		}
 		if n == 0 {
 			return out, nil

@@ -1,7 +1,6 @@
 package embedetcd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,11 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/projectcalico/calico-node/proctest"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -30,24 +30,6 @@ func freePort(t *testing.T) int {
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// logBuffer collects log output written from etcd's goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // started runs srv in the background and waits until it is ready. The
@@ -97,7 +79,7 @@ func TestRunPersistsAcrossRestart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etcd")
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	// Everything at info and above, as the agent would log by default.
-	var logs logBuffer
+	var logs proctest.Log
 	cfg := Config{
 		DataDir:   dir,
 		ClientURL: clientURL,
@@ -159,7 +141,7 @@ func TestLogBridgeKeepsRealWarnings(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs proctest.Log
 	srv := New(Config{
 		DataDir:   dir,
 		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),

@@ -11,9 +11,9 @@
 //
 // Design: ports are picked by binding 127.0.0.1:0 and closing the listener;
 // another process can grab the port before etcd binds it, so a bind failure
-// is retried with fresh ports. The binary runs as a child process that is
-// signalled by its PID only (SIGTERM, then SIGKILL after a grace period); its
-// log goes to a file next to the data directory and is quoted in the failure
+// is retried with fresh ports. The binary runs as a child process (package
+// proctest: it dies with the test process) that is signalled by its PID only
+// (SIGTERM, then SIGKILL after a grace period); its log goes to a file next to the data directory and is quoted in the failure
 // message when the server does not come up. Restart reuses the same ports and
 // data directory so clients and watchers can reconnect to "the same" etcd.
 // Only loopback addresses are ever used.

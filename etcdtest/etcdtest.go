@@ -18,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/projectcalico/calico-node/proctest"
 )
 
 const (
@@ -84,7 +86,7 @@ type Server struct {
 	mu         sync.Mutex
 	clientPort int
 	peerPort   int
-	proc       *process
+	proc       *proctest.Proc
 	etcd       *embed.Etcd
 }
 
@@ -221,7 +223,7 @@ func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil {
-		s.proc.stop()
+		s.proc.Stop(stopGrace)
 		s.proc = nil
 	}
 	if s.etcd != nil {

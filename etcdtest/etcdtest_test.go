@@ -140,7 +140,7 @@ func TestCleanupKillsProcess(t *testing.T) {
 	// runs the same way in both cases.
 	t.Run("start", func(t *testing.T) {
 		s := Start(t)
-		pid = s.proc.cmd.Process.Pid
+		pid = s.proc.Cmd.Process.Pid
 		t.SkipNow()
 	})
 	if pid == 0 {

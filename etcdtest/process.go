@@ -7,15 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
-	"time"
-)
 
-// process is one run of the etcd binary.
-type process struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once cmd.Wait returned
-}
+	"github.com/projectcalico/calico-node/proctest"
+)
 
 // startProcess runs the etcd binary on the current ports. Called with s.mu
 // held.
@@ -55,32 +49,16 @@ func (s *Server) startProcess() error {
 			"--client-cert-auth",
 		)
 	}
-	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("open etcd log: %w", err)
-	}
-	defer logFile.Close() // the child keeps its own descriptor
-	fmt.Fprintf(logFile, "=== etcdtest: starting %s %s\n", s.binary, strings.Join(args, " "))
-
 	cmd := exec.Command(s.binary, args...)
 	cmd.Dir = s.unixDir // where a unix listener's socket goes; "" = ours
 	cmd.Env = etcdEnv()
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	// Its own process group keeps a Ctrl-C on the test run from reaching
-	// etcd before the cleanup does; it is still signalled by PID only.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("run %s: %w", s.binary, err)
+	p, err := proctest.LaunchLogged("etcd", cmd, s.logPath)
+	if err != nil {
+		return err
 	}
-	p := &process{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(p.exited)
-	}()
 
-	if err := s.waitReady(p.exited); err != nil {
-		p.stop()
+	if err := s.waitReady(p.Done()); err != nil {
+		p.Stop(stopGrace)
 		tail := s.logTail()
 		if strings.Contains(tail, "address already in use") {
 			return fmt.Errorf("%w: %v", errPortInUse, err)
@@ -95,31 +73,9 @@ func (s *Server) startProcess() error {
 // variables that would override the command line, plus the opt-in etcd 3.4
 // requires on architectures it does not officially support.
 func etcdEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			env = append(env, kv)
-		}
-	}
+	env := proctest.EnvWithout("ETCD_")
 	if runtime.GOARCH != "amd64" {
 		env = append(env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
 	}
 	return env
-}
-
-// stop terminates the process by its PID: SIGTERM, then SIGKILL if it has
-// not exited after stopGrace. It returns once the process is reaped.
-func (p *process) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(stopGrace):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
 }

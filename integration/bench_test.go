@@ -38,7 +38,7 @@ func BenchmarkDataplane(b *testing.B) {
 	objs := benchObjects(b, nEP, nPol)
 	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix()}
 	for _, o := range objs {
-		addToSnapshot(snap, o)
+		snap.Add(o)
 	}
 	snap.Config.IPv6 = false
 	ctx := context.Background()
@@ -316,19 +316,4 @@ spec:
 		out = append(out, d.Object)
 	}
 	return out
-}
-
-func addToSnapshot(s *policy.Snapshot, o api.Object) {
-	switch o := o.(type) {
-	case *api.WorkloadEndpoint:
-		s.WorkloadEndpoints = append(s.WorkloadEndpoints, *o)
-	case *api.NetworkPolicy:
-		s.NetworkPolicies = append(s.NetworkPolicies, *o)
-	case *api.GlobalNetworkPolicy:
-		s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, *o)
-	case *api.Profile:
-		s.Profiles = append(s.Profiles, *o)
-	case *api.IPPool:
-		s.IPPools = append(s.IPPools, *o)
-	}
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
+	"github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/netnstest"
 )
 
@@ -20,7 +22,19 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "set up the node namespace:", err)
 			os.Exit(1)
 		}
-		os.Exit(m.Run())
+		// This node's agent serves CNI on a socket of its own, and the
+		// plugins libcni runs here hand their commands to it (both read
+		// the variable): agents of other tests on this machine, in other
+		// namespaces, never get them.
+		dir, err := os.MkdirTemp("", "calico-integration")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv(cnientry.SocketEnv, filepath.Join(dir, "cni.sock"))
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
 	case os.Geteuid() == 0:
 		os.Exit(netnstest.Reexec(nodeNetNSEnv))
 	default:

@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +34,7 @@ import (
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/netnstest"
+	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/testbin"
 )
 
@@ -62,7 +61,7 @@ type node struct {
 	cni     *libcni.CNIConfig
 	conf    *libcni.NetworkConfigList
 	ext     ns.NetNS // the outside, behind uplink0
-	agent   *proc
+	agent   proc
 }
 
 func newNode(t *testing.T) *node {
@@ -150,8 +149,7 @@ func run(t testing.TB, name string, args ...string) string {
 // startAgent runs `calico-node run` with the dataplane on and BGP off.
 func (n *node) startAgent(t testing.TB) {
 	t.Helper()
-	p := &proc{name: "calico-node", done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(n.binDir, "calico-node"), "run",
+	cmd := exec.Command(filepath.Join(n.binDir, "calico-node"), "run",
 		"--etcd-endpoints="+strings.Join(n.etcd.Endpoints, ","),
 		"--nodename="+nodeName,
 		"--ip="+nodeIP+"/24",
@@ -160,24 +158,13 @@ func (n *node) startAgent(t testing.TB) {
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	)
-	p.cmd.Env = append(os.Environ(),
+	cmd.Env = append(os.Environ(),
 		"ETCD_ENDPOINTS=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
 		"FELIX_IPTABLESREFRESHINTERVAL="+strconv.Itoa(int(resync/time.Second)),
 		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
-	p.cmd.Stdout, p.cmd.Stderr = &p.logs, &p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	waited, err := netnstest.StartPinned(p.cmd) // Pdeathsig-safe
-	if err != nil {
-		t.Fatalf("start calico-node: %v", err)
-	}
-	go func() { <-waited; close(p.done) }()
-	n.t.Cleanup(func() {
-		p.kill()
-		if n.t.Failed() {
-			n.t.Logf("--- calico-node log (tail):\n%s", tail(p.logs.String(), 80))
-		}
-	})
-	n.agent = p
+	// The agent outlives the subtest that (re)starts it: it belongs to
+	// the node's test.
+	n.agent = proc{proctest.Start(n.t, "calico-node", cmd)}
 	n.waitProgrammed(t, 1)
 }
 
@@ -185,24 +172,45 @@ func (n *node) startAgent(t testing.TB) {
 // dataplane at least count times (its apply-latency histogram).
 func (n *node) waitProgrammed(t testing.TB, count int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
 	re := regexp.MustCompile(`(?m)^calico_dataplane_apply_latency_seconds_count (\d+)`)
-	for time.Now().Before(deadline) {
-		if !n.agent.running() {
-			t.Fatalf("calico-node exited:\n%s", tail(n.agent.logs.String(), 40))
+	n.agent.WaitFor(t, 60*time.Second, "dataplane programmed", func() bool {
+		resp, err := http.Get("http://127.0.0.1:9099/metrics")
+		if err != nil {
+			return false
 		}
-		if resp, err := http.Get("http://127.0.0.1:9099/metrics"); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if m := re.FindSubmatch(body); m != nil {
-				if c, _ := strconv.Atoi(string(m[1])); c >= count {
-					return
-				}
-			}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := re.FindSubmatch(body)
+		if m == nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		c, _ := strconv.Atoi(string(m[1]))
+		return c >= count
+	})
+}
+
+// metric reads one sample of the agent's /metrics (0 when absent).
+func (n *node) metric(t testing.TB, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:9099/metrics")
+	if err != nil {
+		t.Fatalf("agent metrics: %v", err)
 	}
-	t.Fatalf("calico-node did not program the dataplane within 60s")
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // apply stores every resource of a YAML document stream (as calicoctl
@@ -433,66 +441,15 @@ func caliRules(t testing.TB) string {
 }
 
 // proc is a process this test started, ended by its PID.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs logBuffer
-	done chan struct{}
-}
+type proc struct{ *proctest.Proc }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) stop(t testing.TB) {
+// stop sends SIGTERM and waits; a process still running 15s later is
+// killed and fails the test.
+func (p proc) stop(t testing.TB) {
 	t.Helper()
-	if !p.running() {
-		return
+	if err := p.Stop(15 * time.Second); errors.Is(err, proctest.ErrKilled) {
+		t.Error(err)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Errorf("%s did not stop on SIGTERM", p.name)
-		p.kill()
-	}
-}
-
-func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(b)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // fakeKube serves the reads the CNI plugin makes (pods, namespaces) as

@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/k8spolicy"
 )
 
@@ -187,6 +190,10 @@ func TestPolicyOnRealPackets(t *testing.T) {
 		corev1.ContainerPort{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP})
 	c.client = n.addPod(t, "prod", "client", "client", map[string]string{"app": "client"})
 	c.builder = n.addPod(t, "dev", "builder", "builder", map[string]string{"app": "client"})
+	// The plugin handed those ADDs to the node's agent (package cnientry).
+	if served := n.metric(t, `calico_cni_server_requests_total{result="served"}`); served < 3 {
+		t.Errorf("the agent served %v CNI commands, want the 3 ADDs", served)
+	}
 	// Pods may reach the node unless a case says otherwise (felix's
 	// default is Drop; calico-node manifests set Accept).
 	n.apply(t, `
@@ -414,6 +421,93 @@ spec:
 		c.waitMatrix(t, c.expect(false))
 	}
 
+	t.Run("spoofed source address", func(t *testing.T) {
+		// A datagram from client with builder's address must not reach
+		// web (raw PREROUTING's reverse-path check), until the operator
+		// allows spoofing and client's endpoint lists builder's address.
+		const port = 9200
+		var l net.PacketConn
+		if err := c.web.ns.Do(func(ns.NetNS) error {
+			var err error
+			l, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		seen := make(chan string, 64)
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				_, addr, err := l.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				select {
+				case seen <- addr.(*net.UDPAddr).IP.String():
+				default:
+				}
+			}
+		}()
+		// arrives sends from client with source address from, every
+		// 100ms, until web receives one or wait is over.
+		arrives := func(from string, wait time.Duration) bool {
+			t.Helper()
+			for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+				if err := sendUDPFrom(c.client.ns, from, c.web.ip, port); err != nil {
+					t.Fatalf("send from %s: %v", from, err)
+				}
+				tick := time.After(100 * time.Millisecond)
+			drain:
+				for {
+					select {
+					case src := <-seen:
+						if src == from {
+							return true
+						}
+					case <-tick:
+						break drain
+					}
+				}
+			}
+			return false
+		}
+		if !arrives(c.client.ip, 5*time.Second) {
+			t.Fatal("client's datagrams with its own address do not reach web")
+		}
+		if arrives(c.builder.ip, 2*time.Second) {
+			t.Fatal("a datagram from client with builder's address reached web")
+		}
+		undo := n.apply(t, `
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: node.node1}
+spec: {workloadSourceSpoofing: Any}
+`)
+		defer undo()
+		setPrefixes := func(prefixes ...string) {
+			t.Helper()
+			objs, _, err := n.store.List(n.ctx, "WorkloadEndpoint", "prod")
+			if err != nil {
+				t.Fatalf("list endpoints: %v", err)
+			}
+			for _, o := range objs {
+				if w := o.(*api.WorkloadEndpoint); w.Spec.Pod == "client" {
+					w.Spec.AllowSpoofedSourcePrefixes = prefixes
+					n.applyObject(t, w)
+					return
+				}
+			}
+			t.Fatal("no WorkloadEndpoint for pod prod/client")
+		}
+		setPrefixes(c.builder.ip + "/32")
+		defer setPrefixes()
+		if !arrives(c.builder.ip, 20*time.Second) {
+			t.Fatal("with allowSpoofedSourcePrefixes, client's datagrams with builder's address still do not reach web")
+		}
+	})
+	c.waitMatrix(t, c.expect(false))
+
 	t.Run("restart keeps connections and rules", func(t *testing.T) {
 		undo := n.apply(t, strings.ReplaceAll(cases[1].yaml, "BUILDER", c.builder.ip))
 		defer undo()
@@ -482,6 +576,30 @@ spec:
 	if got := other(); got != otherBefore {
 		t.Errorf("another program's rules changed:\nbefore:\n%s\nafter:\n%s", otherBefore, got)
 	}
+}
+
+// sendUDPFrom sends one datagram from the namespace src to dst:port with
+// source address from, which src need not have: IP_TRANSPARENT lets the
+// socket bind and send from any address, as a pod with NET_ADMIN could.
+func sendUDPFrom(src ns.NetNS, from, dst string, port int) error {
+	return src.Do(func(ns.NetNS) error {
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		c, err := lc.ListenPacket(context.Background(), "udp4", net.JoinHostPort(from, "0"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.WriteTo([]byte("spoof"), &net.UDPAddr{IP: net.ParseIP(dst), Port: port})
+		return err
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -62,13 +62,13 @@ spec:
 	}
 	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix()}
 	for _, o := range objs {
-		addToSnapshot(snap, o)
+		snap.Add(o)
 	}
 	for _, d := range extra {
 		if d.Err != nil {
 			b.Fatal(d.Err)
 		}
-		addToSnapshot(snap, d.Object)
+		snap.Add(d.Object)
 	}
 	snap.Config.IPv6 = false
 	res := policy.Compile(snap)

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/netnstest"
+	"github.com/projectcalico/calico-node/proctest"
 )
 
 const (
@@ -241,7 +240,7 @@ func waitReady(url string, p *pki, proc *process) error {
 	var last string
 	for time.Now().Before(deadline) {
 		select {
-		case <-proc.exited:
+		case <-proc.Done():
 			return errors.New("kube-apiserver exited before it was ready")
 		default:
 		}
@@ -299,7 +298,7 @@ func (c *Cluster) waitServiceAccount(ctx context.Context, namespace, name string
 		}
 		if kcm != nil {
 			select {
-			case <-kcm.exited:
+			case <-kcm.Done():
 				return errors.New("kube-controller-manager exited")
 			default:
 			}
@@ -373,72 +372,28 @@ func (c *Cluster) RunKubectl(stdin io.Reader, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// process is one running control-plane component.
+// process is one running control-plane component, its output in logPath.
 type process struct {
-	cmd     *exec.Cmd
+	*proctest.Proc
 	logPath string
-	exited  chan struct{}
 }
 
-// startProcess runs bin with args, its output going to <dir>/<name>.log.
+// startProcess runs bin with args, its output going to <dir>/<name>.log,
+// without the test's variables that would point it somewhere else.
 func startProcess(bin, dir, name string, args ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open %s log: %w", name, err)
-	}
-	defer logFile.Close() // the child has its own descriptor
-	fmt.Fprintf(logFile, "=== kubetest: %s %s\n", bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = childEnv()
-	// Its own process group keeps a Ctrl-C on the test from reaching it
-	// before the cleanup does; Pdeathsig ends it if the test process dies
-	// without cleaning up (a test timeout panics past t.Cleanup).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Started from a pinned thread: see netnstest.StartPinned for why
-	// Pdeathsig needs it.
-	done, err := netnstest.StartPinned(cmd)
+	cmd.Env = proctest.EnvWithout("KUBECONFIG=", "ETCD_")
+	p, err := proctest.LaunchLogged(name, cmd, logPath)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, err
 	}
-	p := &process{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() {
-		<-done
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// childEnv is the test's environment without the variables that would
-// point a component somewhere else.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "ETCD_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
+	return &process{Proc: p, logPath: logPath}, nil
 }
 
 // stop ends the process by its PID: SIGTERM, SIGKILL after stopGrace.
 // Idempotent.
-func (p *process) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(stopGrace):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
+func (p *process) stop() { p.Stop(stopGrace) }
 
 // logTail is the end of the component's log, for failure messages.
 func (p *process) logTail() string {

@@ -3,14 +3,9 @@ package kubetest
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +18,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/projectcalico/calico-node/pkitest"
 )
 
 // NodeName is the name of the node StartNode runs. kubelet listens on
@@ -264,7 +261,7 @@ serializeImagePulls: false
 			break
 		}
 		select {
-		case <-kl.exited:
+		case <-kl.Done():
 			t.Fatalf("kubetest: kubelet exited:\n%s", kl.logTail())
 		default:
 		}
@@ -305,51 +302,18 @@ func (n *Node) ctr(args ...string) (string, error) {
 // writeNodeCredentials writes kubelet's kubeconfig with a client
 // certificate of system:node:<name> signed by the cluster CA.
 func (n *Node) writeNodeCredentials(path string) error {
-	caPEM, err := os.ReadFile(n.cluster.CAFile)
+	ca, err := pkitest.LoadCA(n.cluster.CAFile, filepath.Join(filepath.Dir(n.cluster.CAFile), "ca.key"))
 	if err != nil {
-		return fmt.Errorf("read CA: %w", err)
+		return err
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(filepath.Dir(n.cluster.CAFile), "ca.key"))
-	if err != nil {
-		return fmt.Errorf("read CA key: %w", err)
-	}
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		return fmt.Errorf("parse CA: no PEM")
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return fmt.Errorf("parse CA: %w", err)
-	}
-	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		if k, err2 := x509.ParsePKCS8PrivateKey(kb.Bytes); err2 == nil {
-			caKey, _ = k.(*ecdsa.PrivateKey)
-		}
-		if caKey == nil {
-			return fmt.Errorf("parse CA key: %w", err)
-		}
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("generate node key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}},
-		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return fmt.Errorf("sign node certificate: %w", err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
 	certFile, keyFile := path+".crt", path+".key"
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	leaf := pkitest.Leaf{
+		Subject: pkix.Name{CommonName: "system:node:" + n.Name, Organization: []string{"system:nodes"}},
+		Usage:   []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := ca.Issue(leaf, certFile, keyFile); err != nil {
+		return err
+	}
 	return writeKubeconfig(path, n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
 }
 

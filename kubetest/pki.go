@@ -1,20 +1,16 @@
 package kubetest
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/projectcalico/calico-node/pkitest"
 )
 
 // pki is the key material of one control plane, as files in its directory.
@@ -35,7 +31,8 @@ var (
 
 // writePKI generates a CA, the apiserver's serving certificate, client
 // certificates for the admin (group system:masters) and the controller
-// manager, and the service-account signing key pair.
+// manager, and the service-account signing key pair. The CA key is kept
+// on disk too: StartNode issues kubelet's client certificate with it.
 func writePKI(dir string) (*pki, error) {
 	p := &pki{
 		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
@@ -44,71 +41,26 @@ func writePKI(dir string) (*pki, error) {
 		kcmCert: filepath.Join(dir, "kcm.crt"), kcmKey: filepath.Join(dir, "kcm.key"),
 		saKey: filepath.Join(dir, "sa.key"), saPub: filepath.Join(dir, "sa.pub"),
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pkitest.NewCA("kubetest-ca", 7*24*time.Hour)
 	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kubetest-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("create CA certificate: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	if err := writeCert(p.caCert, caDER); err != nil {
 		return nil, err
 	}
-	if err := writeKey(p.caKey, caKey); err != nil {
+	if err := ca.Write(p.caCert, p.caKey); err != nil {
 		return nil, err
 	}
-
 	leaves := []struct {
-		serial      int64
-		subject     pkix.Name
-		usage       x509.ExtKeyUsage
-		server      bool
+		leaf        pkitest.Leaf
 		certF, keyF string
-		what        string
 	}{
-		{2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth, true, p.serverCert, p.serverKey, "apiserver"},
-		{3, pkix.Name{CommonName: "kubetest-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, false, p.adminCert, p.adminKey, "admin"},
-		{4, pkix.Name{CommonName: "system:kube-controller-manager"}, x509.ExtKeyUsageClientAuth, false, p.kcmCert, p.kcmKey, "controller manager"},
+		{pkitest.Leaf{Subject: pkix.Name{CommonName: "kube-apiserver"}, Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			IPs: serverIPs, DNSNames: serverNames}, p.serverCert, p.serverKey},
+		{pkitest.Leaf{Subject: pkix.Name{CommonName: "kubetest-admin", Organization: []string{"system:masters"}},
+			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.adminCert, p.adminKey},
+		{pkitest.Leaf{Subject: pkix.Name{CommonName: "system:kube-controller-manager"},
+			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.kcmCert, p.kcmKey},
 	}
 	for _, l := range leaves {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, fmt.Errorf("generate %s key: %w", l.what, err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(l.serial),
-			Subject:      l.subject,
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(7 * 24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{l.usage},
-		}
-		if l.server {
-			tmpl.IPAddresses, tmpl.DNSNames = serverIPs, serverNames
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, fmt.Errorf("create %s certificate: %w", l.what, err)
-		}
-		if err := writeCert(l.certF, der); err != nil {
-			return nil, err
-		}
-		if err := writeKey(l.keyF, key); err != nil {
+		if err := ca.Issue(l.leaf, l.certF, l.keyF); err != nil {
 			return nil, err
 		}
 	}
@@ -119,33 +71,11 @@ func writePKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate service-account key: %w", err)
 	}
-	if err := writeKey(p.saKey, saKey); err != nil {
+	if err := pkitest.WriteKey(p.saKey, saKey); err != nil {
 		return nil, err
 	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return nil, fmt.Errorf("marshal service-account public key: %w", err)
-	}
-	if err := writePEM(p.saPub, "PUBLIC KEY", pub, 0o644); err != nil {
+	if err := pkitest.WritePublicKey(p.saPub, &saKey.PublicKey); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-func writeCert(path string, der []byte) error { return writePEM(path, "CERTIFICATE", der, 0o644) }
-
-func writeKey(path string, key crypto.Signer) error {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("marshal key %s: %w", path, err)
-	}
-	return writePEM(path, "PRIVATE KEY", der, 0o600)
-}
-
-func writePEM(path, blockType string, der []byte, mode os.FileMode) error {
-	data := pem.EncodeToMemory(&pem.Block{Type: blockType, Bytes: der})
-	if err := os.WriteFile(path, data, mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/routeproto"
 	"github.com/projectcalico/calico-node/routes"
 )
@@ -69,7 +70,7 @@ type labNode struct {
 	ns     string
 	nl     *netlink.Handle
 	health *fakeHealth
-	logs   *logBuffer
+	logs   *proctest.Log
 	stop   func() // stops the node's actors and waits for them
 }
 
@@ -161,7 +162,7 @@ func newLab(t *testing.T, specs ...labNodeSpec) *lab {
 func (l *lab) start(name string) {
 	l.t.Helper()
 	n := l.nodes[name]
-	n.logs = &logBuffer{}
+	n.logs = &proctest.Log{}
 	logger := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Registered before the stop below, so it runs after it: the logs
 	// are complete. OVERLAY_TEST_LOGS=1 shows them for passing tests too.
@@ -407,24 +408,6 @@ func (h *fakeHealth) get() (bool, bool, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.live, h.ready, h.detail
-}
-
-// logBuffer collects log output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // nodeOf reads a Node from the datastore.

@@ -295,8 +295,9 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 }
 
-// rawTable: doNotTrack policy of the host endpoints that have some (felix
-// keeps the others out of the raw table, which every packet crosses).
+// rawTable: the workload reverse-path check, and doNotTrack policy of the
+// host endpoints that have some (felix keeps the others out of the raw
+// table, which every packet crosses).
 func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 	tb := newTableBuild()
 	var ifaces []string
@@ -306,7 +307,8 @@ func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 		}
 		ifaces = append(ifaces, ep.iface)
 	}
-	tb.chains = append(tb.chains, c.rawPreroutingChain(len(ifaces) > 0), c.rawOutputChain(len(ifaces) > 0),
+	skip := c.rpfSkipChain(m)
+	tb.chains = append(tb.chains, skip, c.rawPreroutingChain(len(ifaces) > 0, len(skip.Rules) > 0), c.rawOutputChain(len(ifaces) > 0),
 		c.failsafeChain(chainFailsafeIn, true, true),
 		c.failsafeChain(chainFailsafeOut, false, true),
 	)

@@ -15,7 +15,7 @@
 //   - A Table lists every cali-* chain we want, in name order. Each Chain
 //     holds Rules made of typed criteria (MatchProtocol, MatchNet,
 //     MatchSet, MatchPorts, MatchICMP, MatchMark, MatchConntrack,
-//     MatchIface) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
+//     MatchIface, MatchRPFilter) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
 //     SetMark, Log, Masquerade, SNAT, NoTrack), so other code can interpret
 //     them (see package sim) as well as render them. Family.Tables lists
 //     all four tables, always named, even when one holds no chain, so that
@@ -90,6 +90,13 @@
 //     as felix warns), while its preDNAT policy applies to every interface
 //     whose own endpoint has none. Failsafe ports are accepted in all three
 //     tables; in raw, so are the replies of the other direction's.
+//   - Packets from workload interfaces must pass a strict reverse-path
+//     check in raw PREROUTING (the source must route back out of the
+//     interface they came in on), so a pod cannot send with another pod's
+//     address; a workload endpoint's allowSpoofedSourcePrefixes exempt
+//     those sources (cali-rpf-skip) when FelixConfiguration's
+//     workloadSourceSpoofing is "Any". Otherwise they are reported and
+//     ignored, where felix would treat the whole endpoint as missing.
 //   - A rule with a match this dataplane cannot enforce (services, which
 //     need Kubernetes Service endpoints; http, which needs an L7 proxy) is
 //     reported and compiled so that the policy never allows more than
@@ -98,11 +105,10 @@
 //
 // # Not modelled
 //
-// felix's workload reverse-path check in raw PREROUTING, mangle
-// POSTROUTING (normal egress policy for DNAT-ed traffic from the host, which
-// filter OUTPUT leaves alone), IPIP, VXLAN and WireGuard host rules, IPVS
-// support, service CIDR loop blocking, Log rate limits and log prefix
-// expansion are not generated. felix accepts policy-allowed forwarded
+// Mangle POSTROUTING (normal egress policy for DNAT-ed traffic from the
+// host, which filter OUTPUT leaves alone), IPIP, VXLAN and WireGuard host
+// rules, IPVS support, service CIDR loop blocking, Log rate limits and log
+// prefix expansion are not generated. felix accepts policy-allowed forwarded
 // packets at the end of the built-in FORWARD chain; here the ACCEPT is the
 // last rule of cali-FORWARD, so that FORWARD keeps a single hook rule.
 //

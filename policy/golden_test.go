@@ -379,6 +379,26 @@ func goldenCases() []goldenCase {
 			s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "deny-db", api.NetworkPolicySpec{
 				Selector: "app == 'db'", Ingress: []api.Rule{{Action: api.Deny}}}))
 		}},
+		{"spoofed-sources", func(s *policy.Snapshot) {
+			// The reverse-path check in raw, with the exemptions the
+			// operator allowed: web may send from a v4 and a v6 net, client
+			// from web's address; the remote pod's ask for nothing here.
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{WorkloadSourceSpoofing: "Any"})
+			spoofs("192.0.2.0/24", "fd00:99::/64")(&s.WorkloadEndpoints[0])
+			spoofs("10.65.0.1")(&s.WorkloadEndpoints[2])
+			spoofs("198.51.100.0/24")(&s.WorkloadEndpoints[3])
+		}},
+		{"spoofed-sources-untracked", func(s *policy.Snapshot) {
+			// With doNotTrack policy on the node, felix's layout: workload
+			// packets are marked, exempted, checked, and kept from the
+			// untracked host endpoint policy.
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{WorkloadSourceSpoofing: "Any", IPv6Support: ptr(false)})
+			spoofs("192.0.2.0/24")(&s.WorkloadEndpoints[0])
+			s.HostEndpoints = append(s.HostEndpoints, hep("node1-eth0", "eth0", map[string]string{"host": "node1"}, []string{"10.0.0.10"}))
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("untracked", api.GlobalNetworkPolicySpec{
+				Selector: "host == 'node1'", DoNotTrack: true, ApplyOnForward: true,
+				Ingress: []api.Rule{{Action: api.Allow, Protocol: tcp, Destination: api.EntityRule{Ports: ports("11211")}}}}))
+		}},
 		{"dispatch-tree", func(s *policy.Snapshot) {
 			for _, iface := range []string{"calia01", "calia02", "calia03", "calib01", "calic00"} {
 				s.WorkloadEndpoints = append(s.WorkloadEndpoints,
@@ -431,7 +451,10 @@ func goldenCases() []goldenCase {
 			// reported.
 			s.WorkloadEndpoints = append(s.WorkloadEndpoints,
 				wep("ns2", "no-ip", "cali6f7a8b9c0d1", nil, nil),
-				wep("ns2", "no-iface", "", nil, []string{"10.65.0.9"}))
+				wep("ns2", "no-iface", "", nil, []string{"10.65.0.9"}),
+				// Spoofing asked for without workloadSourceSpoofing: Any:
+				// refused and reported, the endpoint keeps its chains.
+				wep("ns2", "spoofer", "cali7a8b9c0d1e2", nil, []string{"10.65.0.10"}, spoofs("10.65.0.1")))
 		}},
 	}
 }

@@ -52,6 +52,9 @@ func sa(name string) wepOpt {
 func namedPorts(ps ...api.WorkloadEndpointPort) wepOpt {
 	return func(w *api.WorkloadEndpoint) { w.Spec.Ports = ps }
 }
+func spoofs(prefixes ...string) wepOpt {
+	return func(w *api.WorkloadEndpoint) { w.Spec.AllowSpoofedSourcePrefixes = prefixes }
+}
 func profiles(ps ...string) wepOpt {
 	return func(w *api.WorkloadEndpoint) { w.Spec.Profiles = ps }
 }

@@ -21,6 +21,7 @@ type walk struct {
 	proto    uint8
 	sport    uint16 // 40000 when 0
 	dport    uint16
+	icmpType uint8
 	state    string
 	dnat     string // "addr:port" the nat table sends the packet to
 	want     sim.Verdict
@@ -56,6 +57,7 @@ func runWalks(t *testing.T, s *policy.Snapshot, walks []walk) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			sets = sets.WithRoutes(sim.RoutesFor(s, "eth0"))
 			sport := w.sport
 			if sport == 0 {
 				sport = 40000
@@ -65,7 +67,7 @@ func runWalks(t *testing.T, s *policy.Snapshot, walks []walk) {
 				h.DNAT = netip.MustParseAddrPort(w.dnat)
 			}
 			got, err := sim.Walk(f, sets, h, sim.Packet{Src: src, Dst: netip.MustParseAddr(w.dst), Proto: w.proto,
-				SrcPort: sport, DstPort: w.dport, State: w.state})
+				SrcPort: sport, DstPort: w.dport, ICMPType: w.icmpType, State: w.state})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -317,6 +319,7 @@ func TestUnsupportedMatchesFailClosed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			sets = sets.WithRoutes(sim.RoutesFor(s, "eth0"))
 			for _, p := range []struct {
 				proto uint8
 				port  uint16

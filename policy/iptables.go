@@ -110,6 +110,17 @@ type MatchIface struct {
 	Name string
 }
 
+// MatchRPFilter is the strict reverse-path check (the rpfilter match):
+// it matches packets whose source address the host routes back out of the
+// interface they arrived on, or, with Not, those it does not (spoofed
+// sources). ValidMark makes the route lookup use the packet's mark, so
+// that policy routing by mark is honoured. It renders as iptables-save
+// prints it: options, then --invert (not a leading "!").
+type MatchRPFilter struct {
+	Not       bool
+	ValidMark bool
+}
+
 func not(b *strings.Builder, n bool) {
 	if n {
 		b.WriteString("! ")
@@ -202,6 +213,16 @@ func (m MatchConntrack) write(b *strings.Builder) {
 	b.WriteString("-m conntrack ")
 	not(b, m.Not)
 	b.WriteString("--ctstate " + m.States)
+}
+
+func (m MatchRPFilter) write(b *strings.Builder) {
+	b.WriteString("-m rpfilter")
+	if m.ValidMark {
+		b.WriteString(" --validmark")
+	}
+	if m.Not {
+		b.WriteString(" --invert")
+	}
 }
 
 func (m MatchIface) write(b *strings.Builder) {

@@ -271,6 +271,10 @@ type localEndpoint struct {
 	fwdIngress, fwdEgress     []epTier
 	untrackedIn, untrackedOut []epTier
 	preDNATIn                 []epTier
+	// spoofable are the source prefixes a workload may send from besides
+	// its own addresses (allowSpoofedSourcePrefixes, when FelixConfiguration
+	// allows it): they skip the reverse-path check.
+	spoofable []netip.Prefix
 }
 
 // tierLists are all the tier lists of the endpoint, for finding the
@@ -517,6 +521,7 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 		m.workloads = append(m.workloads, &localEndpoint{
 			name: name, iface: w.Spec.InterfaceName,
 			labels: workloadLabels(w, plabels), profiles: w.Spec.Profiles,
+			spoofable: m.spoofable(name, w.Spec.AllowSpoofedSourcePrefixes, s.Config.AllowSourceSpoofing),
 		})
 	}
 	slices.SortFunc(m.workloads, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
@@ -538,6 +543,32 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 		m.problem("HostEndpoint %s: doNotTrack policies do not apply to a host endpoint with interfaceName \"*\"; ignored", w.name)
 		w.untrackedIn, w.untrackedOut = nil, nil
 	}
+}
+
+// spoofable parses a workload's allowSpoofedSourcePrefixes. felix's
+// validation filter treats an endpoint that asks for them while
+// workloadSourceSpoofing is not "Any" as missing, which cuts the pod off;
+// here the endpoint keeps its policy and only the request is refused (the
+// reverse-path check stays on), and reported: the spoofing stays blocked
+// either way, without taking the pod down with it.
+func (m *model) spoofable(name string, prefixes []string, allowed bool) []netip.Prefix {
+	if len(prefixes) == 0 {
+		return nil
+	}
+	if !allowed {
+		m.problem("WorkloadEndpoint %s: allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not \"Any\"", name)
+		return nil
+	}
+	var out []netip.Prefix
+	for _, c := range prefixes {
+		p, err := parsePrefix(c)
+		if err != nil {
+			m.problem("WorkloadEndpoint %s: allowSpoofedSourcePrefixes: %q is not a CIDR or address", name, c)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // placeHosts decides which local host endpoint owns each interface, as

@@ -22,6 +22,7 @@ const (
 	chainPrerouting      = "cali-PREROUTING" // raw and mangle
 	chainFailsafeIn      = "cali-failsafe-in"
 	chainFailsafeOut     = "cali-failsafe-out"
+	chainRPFSkip         = "cali-rpf-skip" // raw
 	chainNATPostrouting  = "cali-POSTROUTING"
 	chainNATOutgoing     = "cali-nat-outgoing"
 	pfxPolicyIn          = "cali-pi-"

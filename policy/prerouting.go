@@ -1,8 +1,8 @@
 package policy
 
 // The raw and mangle chains, as felix's static.go builds them, less what
-// this compiler leaves out (the workload reverse-path check, VXLAN and
-// WireGuard rules, mangle POSTROUTING for DNAT-ed host traffic).
+// this compiler leaves out (VXLAN and WireGuard rules, mangle POSTROUTING
+// for DNAT-ed host traffic).
 //
 // The packet mark is how the tables talk to each other: raw clears our
 // bits, then an untracked or preDNAT allow sets the accept bit, which the
@@ -11,29 +11,75 @@ package policy
 // mangle's ACCEPT only end their own table; without the bit, the filter
 // table would still judge (and, with a default deny, drop) an untracked
 // packet it has no conntrack entry for.
+//
+// Raw PREROUTING is also where workloads' spoofed packets die: a packet
+// from a workload interface whose source address the host would not route
+// back out of that interface (another pod's address, say) is dropped by
+// the rpfilter match, unless it is from one of the workload's
+// allowSpoofedSourcePrefixes (cali-rpf-skip accepts those first). This is
+// felix's strict reverse-path check (the rp_filter sysctl has no IPv6
+// counterpart). Without it a pod with NET_RAW or NET_ADMIN could pass for
+// any other pod in policy that matches by address. IPv6 gets the same
+// rule: the kernel's match lets the unspecified source and link-local
+// sources (neighbour discovery, DHCPv6, which start from those) through
+// on an interface with a link-local route, so felix has no special case
+// for them and neither has this compiler.
 
-// rawPreroutingChain sends packets arriving on host endpoints through
-// their doNotTrack ingress policy. Packets from workloads are marked (with
-// scratch0, which nothing in raw uses) and skip it: untracked policy is
-// host endpoint policy only.
-func (c *famCompiler) rawPreroutingChain(untracked bool) Chain {
+// rawPreroutingChain drops spoofed packets from workloads and sends
+// packets arriving on host endpoints through their doNotTrack ingress
+// policy (untracked: some host endpoint has such policy). skip says the
+// cali-rpf-skip chain has rules. Without doNotTrack policy the chain is
+// kept as short as felix's checks allow, since every packet walks it: the
+// interface match is cheap, and only packets from workloads pay for the
+// rpfilter route lookup.
+func (c *famCompiler) rawPreroutingChain(untracked, skip bool) Chain {
 	m := c.marks
 	// Another program's rules (in append mode, before ours) may have left
 	// our bits set; the accept bit must only ever mean our verdict.
 	rules := []Rule{{Action: SetMark{Mark: 0, Mask: m.all()}}}
+	rpf := MatchRPFilter{Not: true, ValidMark: true}
 	if !untracked {
-		// No doNotTrack policy on this node: every packet walks this
-		// chain, so it does nothing else.
+		for _, w := range c.wildcards() {
+			if skip {
+				rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Jump{chainRPFSkip}})
+			}
+			rules = append(rules, Rule{Match: Match{MatchIface{Name: w}, rpf}, Action: Drop{}})
+		}
 		return Chain{Name: chainPrerouting, Rules: rules}
 	}
+	// felix's layout: packets from workloads are marked (with scratch0,
+	// which nothing else in raw uses), checked, and skip the untracked
+	// policy, which is host endpoint policy only.
+	fromWL := MatchMark{Mark: m.scratch0, Mask: m.scratch0}
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: SetMark{Mark: m.scratch0, Mask: m.scratch0}})
 	}
+	if skip {
+		rules = append(rules, Rule{Match: Match{fromWL}, Action: Jump{chainRPFSkip}})
+	}
 	rules = append(rules,
+		Rule{Match: Match{fromWL, rpf}, Action: Drop{}},
 		Rule{Match: Match{MatchMark{Mark: 0, Mask: m.scratch0}}, Action: Jump{chainFromHEPDispatch}},
 		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
 	)
 	return Chain{Name: chainPrerouting, Rules: rules}
+}
+
+// rpfSkipChain accepts, before the reverse-path check, the packets each
+// local workload may send from its allowSpoofedSourcePrefixes of this
+// family (felix's per-interface rules, in interface order). It is empty
+// when no workload has any.
+func (c *famCompiler) rpfSkipChain(m *model) Chain {
+	var rules []Rule
+	for _, ep := range m.workloads {
+		for _, p := range ep.spoofable {
+			if p.Addr().Is6() != (c.version == 6) {
+				continue
+			}
+			rules = append(rules, Rule{Match: Match{MatchIface{Name: ep.iface}, MatchNet{Dir: Src, Net: p}}, Action: Accept{}})
+		}
+	}
+	return Chain{Name: chainRPFSkip, Rules: rules}
 }
 
 // rawOutputChain sends packets the host sends through the doNotTrack

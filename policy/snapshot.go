@@ -82,6 +82,13 @@ type Config struct {
 	// NATOutgoingAddress, when set, SNATs natOutgoing traffic to this
 	// address instead of masquerading.
 	NATOutgoingAddress string
+	// AllowSourceSpoofing (workloadSourceSpoofing: Any) lets workload
+	// endpoints' allowSpoofedSourcePrefixes exempt those sources from the
+	// reverse-path check; without it they are ignored. It is off by
+	// default because in Calico a pod's owner can set the prefixes (with
+	// the cni.projectcalico.org/allowedSourcePrefixes annotation), while
+	// this switch is the cluster operator's.
+	AllowSourceSpoofing bool
 }
 
 // Calico's default failsafe ports (felix v3.31 config defaults).
@@ -163,6 +170,9 @@ func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
 		}
 		if s.NATOutgoingAddress != "" {
 			c.NATOutgoingAddress = s.NATOutgoingAddress
+		}
+		if s.WorkloadSourceSpoofing != "" {
+			c.AllowSourceSpoofing = s.WorkloadSourceSpoofing == "Any"
 		}
 	}
 	return c

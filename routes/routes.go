@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/projectcalico/calico-node/refresh"
 	"github.com/projectcalico/calico-node/routeproto"
 )
 
@@ -75,8 +76,8 @@ type Table struct {
 	sources  map[string][]Route
 	expected map[string]bool // sources to wait for before the first write
 	dirty    chan struct{}   // 1-slot: coalesces wake-ups
-	refresh  time.Duration   // full-resync period; 0: none
-	retimed  chan struct{}   // 1-slot: refresh changed
+
+	refresh *refresh.Ticker // full-resync period; 0: none
 
 	applied chan struct{} // closed and replaced after each successful apply
 
@@ -90,15 +91,14 @@ type Table struct {
 }
 
 // New returns a table working through k (a netlink handle for the node's
-// network namespace). refresh is the period of the full reconcile that
+// network namespace). period is the period of the full reconcile that
 // re-reads the kernel's routes (FelixConfiguration routeRefreshInterval);
 // 0 or less disables it.
-func New(k Kernel, refresh time.Duration, logger *slog.Logger) *Table {
+func New(k Kernel, period time.Duration, logger *slog.Logger) *Table {
 	return &Table{
-		k: k, log: logger.With("component", "routes"), refresh: max(refresh, 0),
+		k: k, log: logger.With("component", "routes"), refresh: refresh.NewTicker(period),
 		sources: map[string][]Route{},
 		dirty:   make(chan struct{}, 1),
-		retimed: make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
 }
@@ -108,21 +108,7 @@ func New(k Kernel, refresh time.Duration, logger *slog.Logger) *Table {
 // source changes or a write fails. It may be called from any goroutine,
 // before or during Run, and takes effect at once: the next full
 // reconcile is d from now.
-func (t *Table) SetRefreshInterval(d time.Duration) {
-	t.mu.Lock()
-	t.refresh = max(d, 0)
-	t.mu.Unlock()
-	select {
-	case t.retimed <- struct{}{}:
-	default:
-	}
-}
-
-func (t *Table) refreshInterval() time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.refresh
-}
+func (t *Table) SetRefreshInterval(d time.Duration) { t.refresh.Set(d) }
 
 // Expect names a source that will publish. Until every expected source
 // has published once, Run does not touch the kernel: a restarting agent
@@ -179,24 +165,8 @@ func (t *Table) Applied() <-chan struct{} {
 // its route is wanted does not depend on the periodic refresh (which may
 // be disabled).
 func (t *Table) Run(ctx context.Context) error {
-	var tick *time.Ticker
-	var tickC <-chan time.Time
-	retime := func() {
-		if tick != nil {
-			tick.Stop()
-			tick, tickC = nil, nil
-		}
-		if d := t.refreshInterval(); d > 0 {
-			tick = time.NewTicker(d)
-			tickC = tick.C
-		}
-	}
-	retime()
-	defer func() {
-		if tick != nil {
-			tick.Stop()
-		}
-	}()
+	tickC := t.refresh.Start()
+	defer t.refresh.Stop()
 	backoff, pendingBackoff := time.Duration(0), time.Duration(0)
 	t.kick()
 	for {
@@ -210,9 +180,9 @@ func (t *Table) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.retimed:
-			retime()
-			t.log.Debug("route refresh interval", "interval", t.refreshInterval())
+		case <-t.refresh.Changed():
+			tickC = t.refresh.Start()
+			t.log.Debug("route refresh interval", "interval", t.refresh.Period())
 			continue
 		case <-t.dirty:
 		case <-tickC:

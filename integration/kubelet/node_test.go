@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,8 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +21,7 @@ import (
 
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/kubetest"
-	"github.com/projectcalico/calico-node/netnstest"
+	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/testbin"
 )
 
@@ -222,7 +219,7 @@ spec:
 		t.Errorf("the agent served %d CNI commands, want at least the 2 ADDs and 2 DELs", n)
 	}
 	if err := agent.stop(); err != nil {
-		t.Errorf("agent exit: %v\n%s", err, agent.logs())
+		t.Errorf("agent exit: %v\n%s", err, agent.Log)
 	}
 }
 
@@ -380,26 +377,8 @@ func removeAgentState() {
 
 // agentProc is `calico-node run`.
 type agentProc struct {
-	cmd    *exec.Cmd
+	*proctest.Proc
 	health string
-	mu     sync.Mutex
-	out    bytes.Buffer
-	done   chan error
-
-	stopOnce sync.Once
-	exitErr  error
-}
-
-func (a *agentProc) Write(p []byte) (int, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.out.Write(p)
-}
-
-func (a *agentProc) logs() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.out.String()
 }
 
 func startAgent(t *testing.T, bin string, args []string, env ...string) *agentProc {
@@ -408,22 +387,14 @@ func startAgent(t *testing.T, bin string, args []string, env ...string) *agentPr
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProc{health: l.Addr().String(), done: make(chan error, 1)}
+	health := l.Addr().String()
 	l.Close()
-	a.cmd = exec.Command(bin, append([]string{"run", "--health-addr", a.health}, args...)...)
-	a.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	a.cmd.Stdout, a.cmd.Stderr = a, a
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	waited, err := netnstest.StartPinned(a.cmd) // Pdeathsig-safe
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { a.done <- <-waited }()
+	cmd := exec.Command(bin, append([]string{"run", "--health-addr", health}, args...)...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	a := &agentProc{Proc: proctest.Start(t, "calico-node", cmd), health: health}
+	// Runs before proctest's kill: the agent gets its SIGTERM first.
 	t.Cleanup(func() {
 		a.stop()
-		if t.Failed() {
-			t.Logf("calico-node logs:\n%s", a.logs())
-		}
 		removeAgentState()
 	})
 	return a
@@ -431,38 +402,11 @@ func startAgent(t *testing.T, bin string, args []string, env ...string) *agentPr
 
 func (a *agentProc) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-a.done:
-			a.done <- err
-			t.Fatalf("calico-node exited before ready: %v\n%s", err, a.logs())
-		default:
-		}
-		if resp, err := http.Get("http://" + a.health + "/readiness"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("calico-node not ready after 60s\n%s", a.logs())
+	a.WaitHTTP(t, 60*time.Second, "http://"+a.health+"/readiness")
 }
 
-// stop sends SIGTERM and waits; idempotent.
-func (a *agentProc) stop() error {
-	a.stopOnce.Do(func() {
-		a.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case a.exitErr = <-a.done:
-		case <-time.After(20 * time.Second):
-			a.cmd.Process.Kill()
-			a.exitErr = fmt.Errorf("no exit 20s after SIGTERM: %v", <-a.done)
-		}
-	})
-	return a.exitErr
-}
+// stop sends SIGTERM and waits (SIGKILL after 20s); idempotent.
+func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 
 // servedCNI reads the agent's calico_cni_server_requests_total{result="served"}.
 func servedCNI(t *testing.T, health string) int {

@@ -12,8 +12,9 @@
 // other software has rules. Traverse follows jumps, gotos and returns,
 // evaluates every match type policy produces (IP set membership from the
 // Family's IPSets, multiport, ICMP, marks, conntrack state, interface
-// wildcards) and applies mark changes and NOTRACK, and returns the verdict
-// with a trace of the rules that matched.
+// wildcards, the reverse-path check against the host's Routes) and applies
+// mark changes and NOTRACK, and returns the verdict with a trace of the
+// rules that matched.
 //
 // Walk strings the tables together the way netfilter does for a packet to
 // the host, through it or from it: raw, then mangle, then (on the
@@ -27,8 +28,18 @@
 // Connection tracking itself (the caller says what state the packet is in;
 // only the raw table, which runs before conntrack, sees no state, as the
 // kernel's conntrack match reports INVALID there), other software's rules,
-// routing, and the kernel's own checks. Only the constructs package policy
-// generates are understood.
+// routing beyond the reverse-path check, and the kernel's own checks. Only
+// the constructs package policy generates are understood.
+//
+// The reverse-path check (rpfilter) sees a simplified routing table,
+// Routes: a host route to each local workload address through its
+// interface (what the CNI plugin installs) and every other address through
+// one uplink. Host-local addresses, policy routing by mark (--validmark),
+// blackhole and tunnel routes are not modelled: a workload interface's
+// packet passes exactly when its source is one of that workload's own
+// addresses, or is a source the kernel's match always lets through (the
+// unspecified address, IPv6 link-local, 0.0.0.0 to a broadcast or local
+// multicast address, anything on lo).
 //
 // # Thread safety
 //
@@ -99,10 +110,82 @@ type Result struct {
 	Trace []string
 }
 
-// Sets indexes a family's IP sets for membership tests.
+// Sets indexes what rules look up outside the packet: a family's IP sets
+// for membership tests and, once WithRoutes has added them, the host's
+// routes for the reverse-path check.
 type Sets struct {
 	nets   map[string][]netip.Prefix
 	ipPort map[string]map[string]bool
+	routes *Routes
+}
+
+// WithRoutes returns a copy of s that answers reverse-path checks from r.
+// Without routes, a traversal that reaches an rpfilter match fails.
+func (s *Sets) WithRoutes(r Routes) *Sets {
+	c := *s
+	c.routes = &r
+	return &c
+}
+
+// Routes is the host's routing table as the reverse-path check sees it
+// (see the package doc for what it leaves out).
+type Routes struct {
+	// Workloads maps each local workload address to its interface.
+	Workloads map[netip.Addr]string
+	// Uplink is the interface every other address is routed through.
+	Uplink string
+}
+
+// RoutesFor returns the routes of the node that s describes: one to each
+// address in the ipNetworks of s's local workload endpoints through their
+// interfaceName, everything else through uplink.
+func RoutesFor(s *policy.Snapshot, uplink string) Routes {
+	r := Routes{Workloads: map[netip.Addr]string{}, Uplink: uplink}
+	for _, w := range s.WorkloadEndpoints {
+		if w.Spec.Node != s.Node || w.Spec.InterfaceName == "" {
+			continue
+		}
+		for _, n := range w.Spec.IPNetworks {
+			a, err := netip.ParseAddr(strings.SplitN(n, "/", 2)[0])
+			if err != nil {
+				continue
+			}
+			r.Workloads[a.Unmap()] = w.Spec.InterfaceName
+		}
+	}
+	return r
+}
+
+// Via returns the interface a packet to a leaves by.
+func (r Routes) Via(a netip.Addr) string {
+	if i, ok := r.Workloads[a.Unmap()]; ok {
+		return i
+	}
+	return r.Uplink
+}
+
+// localMulticast4 is 224.0.0.0/24, the link-local multicast block DHCP and
+// routing protocols use.
+var localMulticast4 = netip.MustParsePrefix("224.0.0.0/24")
+
+// reversePathOK is the kernel's strict rpfilter check of a packet that
+// arrived on in.
+func (r Routes) reversePathOK(p *Packet, in string) bool {
+	switch {
+	case in == "lo":
+		return true
+	case p.Src.Is4() && p.Src.IsUnspecified():
+		// A DHCP client has no address yet.
+		return p.Dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || localMulticast4.Contains(p.Dst)
+	case p.Src.Is6() && p.Src.IsUnspecified():
+		// Duplicate address detection: not routable, the match passes it.
+		return true
+	case p.Src.Is6() && p.Src.IsLinkLocalUnicast():
+		// Looked up on the incoming interface itself, which has an
+		// fe80::/64 route like every IPv6 interface.
+		return true
+	}
+	return in != "" && r.Via(p.Src) == in
 }
 
 // NewSets indexes the sets of f.
@@ -453,6 +536,11 @@ func (tr *traversal) match(c policy.Criterion) (bool, error) {
 			}
 		}
 		return in != m.Not, nil
+	case policy.MatchRPFilter:
+		if tr.sets.routes == nil {
+			return false, fmt.Errorf("rpfilter match, but no routes were given (Sets.WithRoutes)")
+		}
+		return tr.sets.routes.reversePathOK(p, tr.in) != m.Not, nil
 	case policy.MatchIface:
 		name := tr.in
 		if m.Out {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/policy"
 	"github.com/projectcalico/calico-node/policy/sim"
 )
@@ -218,6 +219,78 @@ func TestTraverseRejectsActionsOutsideTheirTable(t *testing.T) {
 			p := sim.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: 6, DstPort: 80}
 			if _, err := sim.Traverse(f, &sim.Sets{}, tc.table, "PREROUTING", p, "eth0", ""); err == nil {
 				t.Errorf("%T in %s: no error", tc.action, tc.table)
+			}
+		})
+	}
+}
+
+// TestReversePath: the rpfilter match against routes derived from a
+// snapshot: a workload interface's packet passes only with that
+// workload's own address, or a source the kernel's match always passes.
+func TestReversePath(t *testing.T) {
+	snap := &policy.Snapshot{Node: "node1", WorkloadEndpoints: []api.WorkloadEndpoint{
+		{Spec: api.WorkloadEndpointSpec{Node: "node1", InterfaceName: "cali1", IPNetworks: []string{"10.65.0.1/32", "fd00::1/128"}}},
+		{Spec: api.WorkloadEndpointSpec{Node: "node1", InterfaceName: "cali2", IPNetworks: []string{"10.65.0.2"}}},
+		// Another node's workload is reached through the uplink.
+		{Spec: api.WorkloadEndpointSpec{Node: "node2", InterfaceName: "cali3", IPNetworks: []string{"10.65.1.3/32"}}},
+	}}
+	routes := sim.RoutesFor(snap, "eth0")
+	if got := routes.Via(netip.MustParseAddr("10.65.1.3")); got != "eth0" {
+		t.Errorf("remote workload via %q, want eth0", got)
+	}
+	raw := func(v int) *policy.Family {
+		return &policy.Family{Version: v, Raw: policy.Table{Name: policy.TableRaw,
+			Chains: []policy.Chain{{Name: "cali-pre", Rules: []policy.Rule{
+				{Match: policy.Match{policy.MatchRPFilter{Not: true, ValidMark: true}}, Action: policy.Drop{}},
+			}}},
+			Hooks: []policy.Hook{{Chain: "PREROUTING", Rule: policy.Rule{Action: policy.Jump{Chain: "cali-pre"}}}},
+		}}
+	}
+	a := netip.MustParseAddr
+	for _, tc := range []struct {
+		name     string
+		in       string
+		src, dst string
+		want     sim.Verdict
+	}{
+		{"own address", "cali1", "10.65.0.1", "10.65.0.2", sim.Accept},
+		{"own bare address", "cali2", "10.65.0.2", "10.65.0.1", sim.Accept},
+		{"another local pod's address", "cali1", "10.65.0.2", "10.65.0.9", sim.Drop},
+		{"a remote pod's address", "cali1", "10.65.1.3", "10.65.0.2", sim.Drop},
+		{"an outside address", "cali1", "192.0.2.1", "10.65.0.2", sim.Drop},
+		{"remote address on the uplink", "eth0", "192.0.2.1", "10.65.0.2", sim.Accept},
+		{"local pod's address on the uplink", "eth0", "10.65.0.1", "10.65.0.2", sim.Drop},
+		{"loopback", "lo", "192.0.2.1", "127.0.0.1", sim.Accept},
+		{"DHCP discover", "cali1", "0.0.0.0", "255.255.255.255", sim.Accept},
+		{"unspecified to link-local multicast", "cali1", "0.0.0.0", "224.0.0.22", sim.Accept},
+		{"unspecified to unicast", "cali1", "0.0.0.0", "10.65.0.2", sim.Drop},
+		{"v6 own address", "cali1", "fd00::1", "fd00::2", sim.Accept},
+		{"v6 another address", "cali1", "fd00::2", "fd00::1", sim.Drop},
+		{"v6 link-local", "cali1", "fe80::1", "ff02::2", sim.Accept},
+		{"v6 unspecified", "cali2", "::", "ff02::1:ff00:2", sim.Accept},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := 4
+			if a(tc.src).Is6() {
+				v = 6
+			}
+			f := raw(v)
+			sets, err := sim.NewSets(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := sim.Packet{Src: a(tc.src), Dst: a(tc.dst), Proto: 17, SrcPort: 68, DstPort: 67}
+			got, err := sim.Traverse(f, sets.WithRoutes(routes), policy.TableRaw, "PREROUTING", p, tc.in, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Verdict != tc.want {
+				t.Errorf("got %v, want %v", got.Verdict, tc.want)
+			}
+			// Without routes the simulator cannot decide: an error, not a
+			// guess.
+			if _, err := sim.Traverse(f, sets, policy.TableRaw, "PREROUTING", p, tc.in, ""); err == nil {
+				t.Error("no error without routes")
 			}
 		})
 	}
