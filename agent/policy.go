@@ -18,7 +18,7 @@ import (
 // policyKinds are the resources the compiler reads.
 var policyKinds = []string{
 	"WorkloadEndpoint", "HostEndpoint", "NetworkPolicy", "GlobalNetworkPolicy", "Profile",
-	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration",
+	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration", "Node",
 }
 
 // Applier programs one IP family; *xtables.Programmer implements it.

@@ -171,7 +171,7 @@ func (m *model) parseAllRules() *parsedRules {
 }
 
 func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules) *Family {
-	c := &famCompiler{version: version, cfg: cfg, marks: mk}
+	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg)}
 	f := &Family{
 		Version: version,
 		Filter:  c.filterTable(m, pr),
@@ -184,7 +184,8 @@ func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules)
 	for _, t := range []*Table{&f.Filter, &f.Raw, &f.Mangle} {
 		chains = append(chains, t.Chains...)
 	}
-	f.IPSets = m.ipSets(version, referencedSets(chains, pr.sets, version))
+	f.IPSets = append(m.ipSets(version, referencedSets(chains, pr.sets, version)), c.encap.sets(version)...)
+	slices.SortFunc(f.IPSets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return f
 }
 

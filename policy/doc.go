@@ -5,17 +5,18 @@
 // # API model
 //
 // Compile takes a Snapshot (the cluster's workload and host endpoints,
-// policies, profiles, network sets, tiers and pools, this node's name and
-// the dataplane Config derived from FelixConfiguration by ConfigFromFelix)
-// and returns a Result: per IP family, the complete desired contents of our
-// part of the raw, mangle, nat and filter tables and the desired IP sets,
-// plus a list of the problems (bad selectors, unsupported fields) that made
-// it leave something out or enforce it differently.
+// policies, profiles, network sets, tiers, pools and nodes, this node's
+// name and the dataplane Config derived from FelixConfiguration by
+// ConfigFromFelix) and returns a Result: per IP family, the complete
+// desired contents of our part of the raw, mangle, nat and filter tables
+// and the desired IP sets, plus a list of the problems (bad selectors,
+// unsupported fields) that made it leave something out or enforce it
+// differently.
 //
 //   - A Table lists every cali-* chain we want, in name order. Each Chain
 //     holds Rules made of typed criteria (MatchProtocol, MatchNet,
 //     MatchSet, MatchPorts, MatchICMP, MatchMark, MatchConntrack,
-//     MatchIface, MatchRPFilter) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
+//     MatchIface, MatchRPFilter, MatchAddrType) and an Action (Accept, Drop, Reject, Return, Jump, Goto,
 //     SetMark, Log, Masquerade, SNAT, NoTrack), so other code can interpret
 //     them (see package sim) as well as render them. Family.Tables lists
 //     all four tables, always named, even when one holds no chain, so that
@@ -71,6 +72,12 @@
 //     and out of (egress) the host on their interface; the failsafe ports
 //     are accepted before their policy. natOutgoing pools are masqueraded
 //     when leaving all pools.
+//   - When the pools use VXLAN or IP-in-IP, the host's encapsulated
+//     packets to and from the other nodes (the Nodes' addresses, in the
+//     all-vxlan-net and all-hosts-net IP sets) are accepted before host
+//     endpoint policy, so that no policy can split the pod network, and
+//     encapsulated packets to the host from anyone else are dropped (see
+//     encap.go).
 //   - Host endpoint policy comes in four kinds, as felix splits it. Normal
 //     policy (filter INPUT and OUTPUT) polices traffic to and from the host
 //     itself. Normal policy with applyOnForward also polices traffic routed
@@ -106,7 +113,8 @@
 // # Not modelled
 //
 // Mangle POSTROUTING (normal egress policy for DNAT-ed traffic from the
-// host, which filter OUTPUT leaves alone), IPIP, VXLAN and WireGuard host
+// host, which filter OUTPUT leaves alone), felix's raw NOTRACK of VXLAN
+// and its masquerade port range that avoids the VXLAN port, WireGuard host
 // rules, IPVS support, service CIDR loop blocking, Log rate limits and log
 // prefix expansion are not generated. felix accepts policy-allowed forwarded
 // packets at the end of the built-in FORWARD chain; here the ACCEPT is the

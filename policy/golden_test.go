@@ -344,6 +344,31 @@ func goldenCases() []goldenCase {
 				}(),
 			}
 		}},
+		{"overlay-vxlan", func(s *policy.Snapshot) {
+			// VXLAN pools of both families: the other nodes with a tunnel
+			// address of the family may send VXLAN to the host and receive
+			// it from the host, before host endpoint policy.
+			s.Config.IPv6 = true
+			s.IPPools = []api.IPPool{
+				overlayPool("v4", "10.65.0.0/16", api.VXLANModeAlways, api.IPIPModeNever),
+				overlayPool("v6", "fd00:65::/48", api.VXLANModeCrossSubnet, api.IPIPModeNever),
+			}
+			s.Nodes = overlayNodes()
+		}},
+		{"overlay-ipip", func(s *policy.Snapshot) {
+			// An IP-in-IP pool: every node's IPv4 address, this one's
+			// too, and the external nodes. vxlanEnabled turns IPv4 VXLAN
+			// on without a pool (felix's override), on another port. The
+			// IPv4 VXLAN drop stays DROP whatever the deny action, as in
+			// felix; the IP-in-IP one follows it.
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{
+				IPv6Support: ptr(false), IptablesFilterDenyAction: "Reject",
+				VXLANEnabled: ptr(true), VXLANPort: ptr(8472),
+				ExternalNodesCIDRList: &[]string{"192.0.2.0/28", "198.51.100.7", "2001:db8::/64"},
+			})
+			s.IPPools = []api.IPPool{overlayPool("v4", "10.65.0.0/16", api.VXLANModeNever, api.IPIPModeCrossSubnet)}
+			s.Nodes = overlayNodes()
+		}},
 		{"nat-outgoing-address", func(s *policy.Snapshot) {
 			s.Config.NATOutgoingAddress = "192.0.2.1"
 			s.IPPools = []api.IPPool{pool("v4-nat", "10.65.0.0/16", true)}

@@ -137,6 +137,39 @@ func pool(name, cidr string, nat bool) api.IPPool {
 	return p
 }
 
+// overlayPool is a pool with the given VXLAN and IP-in-IP modes.
+func overlayPool(name, cidr string, vxlan api.VXLANMode, ipip api.IPIPMode) api.IPPool {
+	p := pool(name, cidr, false)
+	p.Spec.VXLANMode, p.Spec.IPIPMode = vxlan, ipip
+	return p
+}
+
+// calicoNode is a Node with the given BGP addresses and VXLAN tunnel
+// addresses ("" leaves a field out; no BGP spec when both addresses are
+// empty).
+func calicoNode(name, ip4, ip6, tun4, tun6 string) api.Node {
+	n := api.Node{ObjectMeta: api.ObjectMeta{Name: name},
+		Spec: api.NodeSpec{IPv4VXLANTunnelAddr: tun4, IPv6VXLANTunnelAddr: tun6}}
+	if ip4 != "" || ip6 != "" {
+		n.Spec.BGP = &api.NodeBGPSpec{IPv4Address: ip4, IPv6Address: ip6}
+	}
+	return n
+}
+
+// overlayNodes is a cluster of this node and four others: node2 a dual
+// stack VXLAN peer, node3 an IPv4 VXLAN peer registered with a bare
+// address, node4 without tunnel addresses (BGP or IP-in-IP only), node5
+// without addresses.
+func overlayNodes() []api.Node {
+	return []api.Node{
+		calicoNode(node, "10.0.0.10/24", "fd00:10::10/64", "10.65.0.0", "fd00:65::"),
+		calicoNode("node2", "10.0.0.11/24", "fd00:10::11/64", "10.65.1.0", "fd00:65::1:0"),
+		calicoNode("node3", "10.0.1.12", "", "10.65.2.0", ""),
+		calicoNode("node4", "10.0.1.13/24", "", "", ""),
+		calicoNode("node5", "", "", "", ""),
+	}
+}
+
 func tier(name string, order float64, action api.Action) api.Tier {
 	return api.Tier{ObjectMeta: api.ObjectMeta{Name: name}, Spec: api.TierSpec{Order: &order, DefaultAction: &action}}
 }

@@ -121,6 +121,18 @@ type MatchRPFilter struct {
 	ValidMark bool
 }
 
+// MatchAddrType matches the kind of the source or destination address as
+// the host's routing tables see it (the addrtype match); Type is one of
+// the kernel's route types, e.g. "LOCAL" for the host's own addresses.
+type MatchAddrType struct {
+	Not  bool
+	Dir  Dir
+	Type string
+}
+
+// AddrTypeLocal is MatchAddrType's type of the host's own addresses.
+const AddrTypeLocal = "LOCAL"
+
 func not(b *strings.Builder, n bool) {
 	if n {
 		b.WriteString("! ")
@@ -207,6 +219,17 @@ func markString(m uint32) string {
 		return "0"
 	}
 	return fmt.Sprintf("%#x", m)
+}
+
+func (m MatchAddrType) write(b *strings.Builder) {
+	b.WriteString("-m addrtype ")
+	not(b, m.Not)
+	if m.Dir == Src {
+		b.WriteString("--src-type ")
+	} else {
+		b.WriteString("--dst-type ")
+	}
+	b.WriteString(m.Type)
 }
 
 func (m MatchConntrack) write(b *strings.Builder) {

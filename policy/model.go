@@ -253,6 +253,10 @@ type model struct {
 	wildcardHost *localEndpoint
 
 	pools []api.IPPool
+	// node is this node's name; nodes are the cluster's Nodes, whose
+	// addresses are the overlay's peers.
+	node  string
+	nodes []api.Node
 }
 
 // localEndpoint is an endpoint of this node that gets its own chains.
@@ -310,6 +314,7 @@ func buildModel(s *Snapshot) *model {
 	m.buildTiers(s)
 	m.buildLocal(s, plabels)
 	m.pools = s.IPPools
+	m.node, m.nodes = s.Node, s.Nodes
 	return m
 }
 

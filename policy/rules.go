@@ -329,6 +329,8 @@ type famCompiler struct {
 	version int
 	cfg     Config
 	marks   marks
+	// encap says which of the overlay's host rules the family has.
+	encap encap
 }
 
 func (c *famCompiler) deny() Action {

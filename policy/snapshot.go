@@ -33,6 +33,10 @@ type Snapshot struct {
 	// and action Deny, as Calico creates it.
 	Tiers   []api.Tier
 	IPPools []api.IPPool
+	// Nodes of the whole cluster, this one included: their addresses
+	// (spec.bgp.ipv4Address/ipv6Address) are the peers whose VXLAN and
+	// IP-in-IP packets host endpoint policy must not block.
+	Nodes []api.Node
 
 	Config Config
 }
@@ -76,6 +80,16 @@ type Config struct {
 	AllowVXLANFromWorkloads bool
 	AllowIPIPFromWorkloads  bool
 	VXLANPort               int
+	// VXLANEnabled and IPIPEnabled (vxlanEnabled, ipipEnabled) override
+	// what the pools say about IPv4 VXLAN and IP-in-IP: nil follows the
+	// pools (any pool with vxlanMode, or ipipMode, other than Never turns
+	// the overlay's host rules on), as felix's encapsulation calculator
+	// does. IPv6 VXLAN always follows the IPv6 pools, as in felix.
+	VXLANEnabled *bool
+	IPIPEnabled  *bool
+	// ExternalNodes (externalNodesList) are CIDRs of hosts outside the
+	// cluster that may send and receive VXLAN and IP-in-IP like nodes.
+	ExternalNodes []string
 	// AppendHooks puts the hook rules at the end of the built-in chains
 	// instead of the start (chainInsertMode: Append).
 	AppendHooks bool
@@ -164,6 +178,15 @@ func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
 		}
 		if s.VXLANPort != nil {
 			c.VXLANPort = *s.VXLANPort
+		}
+		if s.VXLANEnabled != nil {
+			c.VXLANEnabled = s.VXLANEnabled
+		}
+		if s.IPIPEnabled != nil {
+			c.IPIPEnabled = s.IPIPEnabled
+		}
+		if s.ExternalNodesCIDRList != nil {
+			c.ExternalNodes = append([]string{}, (*s.ExternalNodesCIDRList)...)
 		}
 		if s.ChainInsertMode != "" {
 			c.AppendHooks = strings.EqualFold(s.ChainInsertMode, "append")

@@ -3,9 +3,9 @@ package policy
 import "github.com/projectcalico/calico-node/api"
 
 // Add appends o to the slice of the snapshot that holds its kind and
-// reports whether it did: resources the compiler does not read (Nodes,
-// BGP configuration, FelixConfiguration, which goes in through Config)
-// are left out. The agent's cache and the benchmarks assemble snapshots
+// reports whether it did: resources the compiler does not read (BGP
+// configuration, FelixConfiguration, which goes in through Config) are
+// left out. The agent's cache and the benchmarks assemble snapshots
 // through it, so that both feed the compiler the same way.
 func (s *Snapshot) Add(o api.Object) bool {
 	switch o := o.(type) {
@@ -27,6 +27,8 @@ func (s *Snapshot) Add(o api.Object) bool {
 		s.Tiers = append(s.Tiers, *o)
 	case *api.IPPool:
 		s.IPPools = append(s.IPPools, *o)
+	case *api.Node:
+		s.Nodes = append(s.Nodes, *o)
 	default:
 		return false
 	}

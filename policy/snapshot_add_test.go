@@ -23,9 +23,10 @@ func TestSnapshotAdd(t *testing.T) {
 		{&api.GlobalNetworkSet{}, true, func(s *policy.Snapshot) int { return len(s.GlobalNetworkSets) }},
 		{&api.Tier{}, true, func(s *policy.Snapshot) int { return len(s.Tiers) }},
 		{&api.IPPool{}, true, func(s *policy.Snapshot) int { return len(s.IPPools) }},
+		{&api.Node{}, true, func(s *policy.Snapshot) int { return len(s.Nodes) }},
 		// Configuration reaches the compiler through Config, not the lists.
 		{&api.FelixConfiguration{}, false, nil},
-		{&api.Node{}, false, nil},
+		{&api.BGPConfiguration{}, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%T", tt.obj), func(t *testing.T) {
@@ -38,7 +39,7 @@ func TestSnapshotAdd(t *testing.T) {
 			}
 			if !tt.added && (len(s.WorkloadEndpoints)+len(s.HostEndpoints)+len(s.NetworkPolicies)+
 				len(s.GlobalNetworkPolicies)+len(s.Profiles)+len(s.NetworkSets)+
-				len(s.GlobalNetworkSets)+len(s.Tiers)+len(s.IPPools)) != 0 {
+				len(s.GlobalNetworkSets)+len(s.Tiers)+len(s.IPPools)+len(s.Nodes)) != 0 {
 				t.Errorf("a %T ended up in the snapshot", tt.obj)
 			}
 		})

@@ -8,9 +8,9 @@ import (
 )
 
 // The top-level filter and nat chains, as felix's static.go builds them
-// without the features this compiler leaves out (IPIP/VXLAN/Wireguard host
-// rules, IPVS, service CIDR loop blocking). The raw and mangle chains are
-// in prerouting.go.
+// without the features this compiler leaves out (Wireguard host rules,
+// IPVS, service CIDR loop blocking). The raw and mangle chains are in
+// prerouting.go; the overlay's rules in encap.go.
 
 func (c *famCompiler) wildcards() []string {
 	out := make([]string, len(c.cfg.InterfacePrefixes))
@@ -20,11 +20,13 @@ func (c *famCompiler) wildcards() []string {
 	return out
 }
 
-// inputChain: traffic to the host. From a workload it goes to
-// cali-wl-to-host; anything else is subject to host endpoint policy.
+// inputChain: traffic to the host. The overlay's encapsulated packets
+// are decided first (accepted from peers, dropped from anyone else: from
+// workloads too); from a workload the rest goes to cali-wl-to-host;
+// anything else is subject to host endpoint policy.
 func (c *famCompiler) inputChain() Chain {
 	m := c.marks
-	var rules []Rule
+	rules := c.encapInputRules()
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Goto{chainWorkloadToHost}})
 	}
@@ -63,7 +65,8 @@ func (c *famCompiler) workloadToHostChain() Chain {
 }
 
 // outputChain: traffic from the host. Traffic to workloads is not policed
-// (as in Calico: the host may always reach its workloads); the rest is
+// (as in Calico: the host may always reach its workloads); the host's
+// encapsulated packets to its overlay peers are accepted; the rest is
 // subject to host endpoint egress policy unless it was DNAT-ed.
 func (c *famCompiler) outputChain() Chain {
 	m := c.marks
@@ -71,6 +74,7 @@ func (c *famCompiler) outputChain() Chain {
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{}})
 	}
+	rules = append(rules, c.encapOutputRules()...)
 	rules = append(rules,
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Match: Match{MatchConntrack{Not: true, States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},

@@ -12,7 +12,8 @@
 // other software has rules. Traverse follows jumps, gotos and returns,
 // evaluates every match type policy produces (IP set membership from the
 // Family's IPSets, multiport, ICMP, marks, conntrack state, interface
-// wildcards, the reverse-path check against the host's Routes) and applies
+// wildcards, the reverse-path check and the LOCAL address type against the
+// host's Routes) and applies
 // mark changes and NOTRACK, and returns the verdict with a trace of the
 // rules that matched.
 //
@@ -34,7 +35,9 @@
 // The reverse-path check (rpfilter) sees a simplified routing table,
 // Routes: a host route to each local workload address through its
 // interface (what the CNI plugin installs) and every other address through
-// one uplink. Host-local addresses, policy routing by mark (--validmark),
+// one uplink. The address type match only knows LOCAL: the host's own
+// addresses, listed in Routes, and loopback. Host-local addresses in the
+// reverse-path check, policy routing by mark (--validmark),
 // blackhole and tunnel routes are not modelled: a workload interface's
 // packet passes exactly when its source is one of that workload's own
 // addresses, or is a source the kernel's match always lets through (the
@@ -50,6 +53,7 @@ package sim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,18 +131,23 @@ func (s *Sets) WithRoutes(r Routes) *Sets {
 	return &c
 }
 
-// Routes is the host's routing table as the reverse-path check sees it
-// (see the package doc for what it leaves out).
+// Routes is the host's routing table as the reverse-path check and the
+// address type match see it (see the package doc for what it leaves out).
 type Routes struct {
 	// Workloads maps each local workload address to its interface.
 	Workloads map[netip.Addr]string
 	// Uplink is the interface every other address is routed through.
 	Uplink string
+	// Local are the host's own addresses (the local routing table): an
+	// addrtype LOCAL match holds for them and for loopback addresses.
+	Local []netip.Addr
 }
 
 // RoutesFor returns the routes of the node that s describes: one to each
 // address in the ipNetworks of s's local workload endpoints through their
-// interfaceName, everything else through uplink.
+// interfaceName, everything else through uplink. The host's own addresses
+// are those of its Node (spec.bgp), of its host endpoints (expectedIPs)
+// and of s.HostInterfaces.
 func RoutesFor(s *policy.Snapshot, uplink string) Routes {
 	r := Routes{Workloads: map[netip.Addr]string{}, Uplink: uplink}
 	for _, w := range s.WorkloadEndpoints {
@@ -146,14 +155,48 @@ func RoutesFor(s *policy.Snapshot, uplink string) Routes {
 			continue
 		}
 		for _, n := range w.Spec.IPNetworks {
-			a, err := netip.ParseAddr(strings.SplitN(n, "/", 2)[0])
-			if err != nil {
-				continue
+			if a, ok := parseAddr(n); ok {
+				r.Workloads[a] = w.Spec.InterfaceName
 			}
-			r.Workloads[a.Unmap()] = w.Spec.InterfaceName
+		}
+	}
+	var local []string
+	for _, n := range s.Nodes {
+		if n.Name == s.Node && n.Spec.BGP != nil {
+			local = append(local, n.Spec.BGP.IPv4Address, n.Spec.BGP.IPv6Address)
+		}
+	}
+	for _, h := range s.HostEndpoints {
+		if h.Spec.Node == s.Node {
+			local = append(local, h.Spec.ExpectedIPs...)
+		}
+	}
+	for _, as := range s.HostInterfaces {
+		for _, a := range as {
+			local = append(local, a.String())
+		}
+	}
+	for _, l := range local {
+		if a, ok := parseAddr(l); ok && !slices.Contains(r.Local, a) {
+			r.Local = append(r.Local, a)
 		}
 	}
 	return r
+}
+
+// parseAddr parses an address, or the address of a CIDR.
+func parseAddr(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(strings.SplitN(s, "/", 2)[0])
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// isLocal reports whether a is one of the host's addresses.
+func (r Routes) isLocal(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLoopback() || slices.Contains(r.Local, a)
 }
 
 // Via returns the interface a packet to a leaves by.
@@ -541,6 +584,14 @@ func (tr *traversal) match(c policy.Criterion) (bool, error) {
 			return false, fmt.Errorf("rpfilter match, but no routes were given (Sets.WithRoutes)")
 		}
 		return tr.sets.routes.reversePathOK(p, tr.in) != m.Not, nil
+	case policy.MatchAddrType:
+		if tr.sets.routes == nil {
+			return false, fmt.Errorf("addrtype match, but no routes were given (Sets.WithRoutes)")
+		}
+		if m.Type != policy.AddrTypeLocal {
+			return false, fmt.Errorf("addrtype %s is not modelled", m.Type)
+		}
+		return tr.sets.routes.isLocal(addr(m.Dir)) != m.Not, nil
 	case policy.MatchIface:
 		name := tr.in
 		if m.Out {

@@ -295,3 +295,62 @@ func TestReversePath(t *testing.T) {
 		})
 	}
 }
+
+// TestAddrTypeLocal: the addrtype LOCAL match holds for the host's own
+// addresses (from the snapshot's Node, host endpoints and interfaces) and
+// loopback, and cannot be decided without routes.
+func TestAddrTypeLocal(t *testing.T) {
+	snap := &policy.Snapshot{Node: "node1",
+		Nodes: []api.Node{
+			{ObjectMeta: api.ObjectMeta{Name: "node1"}, Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: "10.0.0.10/24", IPv6Address: "fd00::10/64"}}},
+			{ObjectMeta: api.ObjectMeta{Name: "node2"}, Spec: api.NodeSpec{BGP: &api.NodeBGPSpec{IPv4Address: "10.0.0.11/24"}}},
+		},
+		HostEndpoints: []api.HostEndpoint{
+			{Spec: api.HostEndpointSpec{Node: "node1", InterfaceName: "eth1", ExpectedIPs: []string{"192.168.1.1"}}},
+			{Spec: api.HostEndpointSpec{Node: "node2", InterfaceName: "eth1", ExpectedIPs: []string{"192.168.1.2"}}},
+		},
+		HostInterfaces: map[string][]netip.Addr{"eth2": {netip.MustParseAddr("172.16.0.1")}},
+	}
+	routes := sim.RoutesFor(snap, "eth0")
+	in := func(v int) *policy.Family {
+		return &policy.Family{Version: v, Filter: policy.Table{Name: policy.TableFilter,
+			Chains: []policy.Chain{{Name: "cali-in", Rules: []policy.Rule{
+				{Match: policy.Match{policy.MatchAddrType{Dir: policy.Dst, Type: policy.AddrTypeLocal}}, Action: policy.Drop{}},
+			}}},
+			Hooks: []policy.Hook{{Chain: "INPUT", Rule: policy.Rule{Action: policy.Jump{Chain: "cali-in"}}}},
+		}}
+	}
+	for _, tc := range []struct {
+		dst   string
+		local bool
+	}{
+		{"10.0.0.10", true}, {"fd00::10", true}, {"192.168.1.1", true}, {"172.16.0.1", true},
+		{"127.0.0.53", true}, {"::1", true},
+		{"10.0.0.11", false}, {"192.168.1.2", false}, {"10.0.0.0", false}, {"fd00::11", false},
+	} {
+		t.Run(tc.dst, func(t *testing.T) {
+			dst := netip.MustParseAddr(tc.dst)
+			src := netip.MustParseAddr("192.0.2.1")
+			v := 4
+			if dst.Is6() {
+				src, v = netip.MustParseAddr("2001:db8::1"), 6
+			}
+			f := in(v)
+			sets, err := sim.NewSets(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := sim.Packet{Src: src, Dst: dst, Proto: 17, SrcPort: 40000, DstPort: 4789}
+			got, err := sim.Traverse(f, sets.WithRoutes(routes), policy.TableFilter, "INPUT", p, "eth0", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]sim.Verdict{true: sim.Drop, false: sim.Accept}[tc.local]; got.Verdict != want {
+				t.Errorf("got %v, want %v (local %v)", got.Verdict, want, tc.local)
+			}
+			if _, err := sim.Traverse(f, sets, policy.TableFilter, "INPUT", p, "eth0", ""); err == nil {
+				t.Error("no error without routes")
+			}
+		})
+	}
+}
