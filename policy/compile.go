@@ -359,6 +359,12 @@ func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
 			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindPreDNAT,
 				tiers: ep.preDNATIn, inbound: true, failsafe: chainFailsafeIn, allow: c.mangleAllow()}, tb))
 	}
+	if len(ifaces) == 0 && end == nil {
+		// No preDNAT policy on this node: nothing to do in mangle, and
+		// every packet would walk the hook. The table keeps its name so
+		// that chains of an earlier state are removed.
+		return Table{Name: TableMangle}
+	}
 	tb.chains = append(tb.chains, dispatchChains(chainFromHEPDispatch, ifaces, false,
 		func(i string) string { return endpointChain(pfxFromHost, i) }, end)...)
 	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
