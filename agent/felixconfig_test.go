@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/confwatch"
@@ -259,16 +258,7 @@ func TestRouteRefreshIntervalFromDatastore(t *testing.T) {
 	ns.MustRun(t, "ip", "link", "add", "cali1", "type", "veth", "peer", "name", "cali1p")
 	ns.MustRun(t, "ip", "link", "set", "cali1", "up")
 	ns.MustRun(t, "ip", "link", "set", "cali1p", "up")
-	h, err := netns.GetFromName(ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
+	nl := ns.Netlink(t)
 
 	if _, err := store.Create(ctx, wep("n1", "a", "cali1", 0, "10.65.0.1/32")); err != nil {
 		t.Fatal(err)

@@ -192,25 +192,7 @@ func (n *node) waitProgrammed(t testing.TB, count int) {
 // metric reads one sample of the agent's /metrics (0 when absent).
 func (n *node) metric(t testing.TB, sample string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1:9099/metrics")
-	if err != nil {
-		t.Fatalf("agent metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	return 0
+	return proctest.Metric(t, "http://127.0.0.1:9099/metrics", sample)
 }
 
 // apply stores every resource of a YAML document stream (as calicoctl

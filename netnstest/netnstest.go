@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -108,3 +109,23 @@ func (n *NS) HTTPClient() *http.Client {
 		Transport: &http.Transport{DialContext: n.Dial, DisableKeepAlives: true},
 	}
 }
+
+// NetlinkAt is a netlink handle for the named namespace (under
+// /var/run/netns), closed when the test ends.
+func NetlinkAt(t testing.TB, name string) *netlink.Handle {
+	t.Helper()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatalf("open netns %s: %v", name, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatalf("netlink handle in %s: %v", name, err)
+	}
+	t.Cleanup(nl.Close)
+	return nl
+}
+
+// Netlink is a netlink handle for n, closed when the test ends.
+func (n *NS) Netlink(t testing.TB) *netlink.Handle { return NetlinkAt(t, n.Name) }

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/netnstest"
 )
 
 // kernelNS is a throwaway namespace with eth0 (a veth) holding
@@ -42,16 +43,7 @@ func kernelNS(t *testing.T) (string, *netlink.Handle) {
 	} {
 		run(append([]string{"-n", name}, args...)...)
 	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
+	nl := netnstest.NetlinkAt(t, name)
 	return name, nl
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/api"
@@ -25,6 +24,7 @@ import (
 	"github.com/projectcalico/calico-node/datastore"
 	"github.com/projectcalico/calico-node/etcdtest"
 	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/projectcalico/calico-node/proctest"
 	"github.com/projectcalico/calico-node/routeproto"
 	"github.com/projectcalico/calico-node/routes"
@@ -139,16 +139,7 @@ func newLab(t *testing.T, specs ...labNodeSpec) *lab {
 		l.ip("-n", nsName, "link", "set", "eth0", "up")
 		l.ip("-n", nsName, "route", "add", "default", "via", gateway[s.subnet])
 		l.sysctl(nsName, "net.ipv4.ip_forward", "1")
-		h, err := netns.GetFromName(nsName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		nl, err := netlink.NewHandleAt(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nl.Close)
+		nl := netnstest.NetlinkAt(t, nsName)
 		l.nodes[s.name] = &labNode{spec: s, ns: nsName, nl: nl}
 		// The Node as calico-node's startup registers it.
 		n := testNode(s.name, s.addr)

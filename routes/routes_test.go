@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/projectcalico/calico-node/netnstest"
 	"github.com/projectcalico/calico-node/routeproto"
 )
 
@@ -46,16 +46,7 @@ func testNS(t *testing.T) *netlink.Handle {
 			t.Fatalf("ip %v: %v %s", args, err, out)
 		}
 	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nl.Close)
+	nl := netnstest.NetlinkAt(t, name)
 	return nl
 }
 

@@ -3,15 +3,12 @@ package kubelet
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -411,23 +408,5 @@ func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 // servedCNI reads the agent's calico_cni_server_requests_total{result="served"}.
 func servedCNI(t *testing.T, health string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + health + "/metrics")
-	if err != nil {
-		t.Fatalf("agent metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, `calico_cni_server_requests_total{result="served"} `); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
+	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{result="served"}`))
 }
