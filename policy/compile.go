@@ -337,13 +337,43 @@ func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 	}
 }
 
-// mangleTable: preDNAT policy of the host endpoints that have some. As in
-// felix, the "*" endpoint's preDNAT policy covers every interface whose
-// own endpoint has none (workload interfaces too), not just the
-// interfaces without an endpoint.
+// mangleTable: preDNAT policy of the host endpoints that have some
+// (PREROUTING), and normal egress policy for DNAT-ed traffic leaving by a
+// host endpoint (POSTROUTING; see manglePostroutingChain). As in felix,
+// the "*" endpoint's preDNAT policy covers every interface whose own
+// endpoint has none (workload interfaces too), not just the interfaces
+// without an endpoint. Each half is hooked only when it has something to
+// police, since every packet walks a hooked chain: PREROUTING when some
+// endpoint has preDNAT policy, POSTROUTING when there is a host endpoint
+// at all (one without egress policy still denies by default).
 func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
 	tb := newTableBuild()
-	tb.chains = append(tb.chains, c.manglePreroutingChain(), c.failsafeChain(chainFailsafeIn, true, false))
+	var roots []string
+	var hooks []string
+	if c.manglePreDNAT(m, tb) {
+		roots = append(roots, chainPrerouting)
+		hooks = append(hooks, "PREROUTING", chainPrerouting)
+	}
+	if c.mangleEgress(m, tb, pr) {
+		roots = append(roots, chainManglePostrouting)
+		hooks = append(hooks, "POSTROUTING", chainManglePostrouting)
+	}
+	if len(roots) == 0 {
+		// Nothing to do in mangle. The table keeps its name so that
+		// chains of an earlier state are removed.
+		return Table{Name: TableMangle}
+	}
+	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
+	return Table{
+		Name:   TableMangle,
+		Chains: reachable(tb.chains, roots),
+		Hooks:  c.hooks(hooks...),
+	}
+}
+
+// manglePreDNAT adds the PREROUTING chains of preDNAT policy to tb, and
+// reports whether any endpoint has such policy.
+func (c *famCompiler) manglePreDNAT(m *model, tb *tableBuild) bool {
 	var ifaces []string
 	var end []Rule
 	for _, ep := range m.hostEndpoints() {
@@ -360,19 +390,55 @@ func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
 				tiers: ep.preDNATIn, inbound: true, failsafe: chainFailsafeIn, allow: c.mangleAllow()}, tb))
 	}
 	if len(ifaces) == 0 && end == nil {
-		// No preDNAT policy on this node: nothing to do in mangle, and
-		// every packet would walk the hook. The table keeps its name so
-		// that chains of an earlier state are removed.
-		return Table{Name: TableMangle}
+		return false
 	}
+	tb.chains = append(tb.chains, c.manglePreroutingChain(), c.failsafeChain(chainFailsafeIn, true, false))
 	tb.chains = append(tb.chains, dispatchChains(chainFromHEPDispatch, ifaces, false,
 		func(i string) string { return endpointChain(pfxFromHost, i) }, end)...)
-	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
-	return Table{
-		Name:   TableMangle,
-		Chains: reachable(tb.chains, []string{chainPrerouting}),
-		Hooks:  c.hooks("PREROUTING", chainPrerouting),
+	return true
+}
+
+// mangleEgress adds the POSTROUTING chains that apply host endpoints'
+// normal egress policy to DNAT-ed traffic (felix's
+// HostEndpointToMangleEgressChains and ToHostDispatchChains), and reports
+// whether there is any host endpoint to police. The endpoint chains are
+// the filter table's egress chains, with RETURN for allow and DROP for
+// deny: tiers, then profiles, then drop, after the failsafe ports.
+func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bool {
+	eps := m.hostEndpoints()
+	if len(eps) == 0 {
+		return false
 	}
+	var ifaces []string
+	var end []Rule
+	profs := map[string]bool{}
+	for _, ep := range eps {
+		if ep == m.wildcardHost {
+			// Only interfaces that are not workloads' fall to the "*"
+			// endpoint: the host may always reach its workloads.
+			for _, w := range c.wildcards() {
+				end = append(end, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{},
+					Comment: []string{"Skip egress WHEP policy for traffic to local workload"}})
+			}
+			end = append(end, Rule{Action: Goto{endpointChain(pfxToHost, allInterfaces)}})
+		} else {
+			ifaces = append(ifaces, ep.iface)
+		}
+		for _, p := range ep.profiles {
+			profs[p] = true
+		}
+		tb.chains = append(tb.chains,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), tiers: ep.egress,
+				profiles: ep.profiles, inbound: false, failsafe: chainFailsafeOut, allow: Return{}}, tb))
+	}
+	tb.chains = append(tb.chains, c.manglePostroutingChain(), c.failsafeChain(chainFailsafeOut, false, false))
+	tb.chains = append(tb.chains, dispatchChains(chainToHEPDispatch, ifaces, true,
+		func(i string) string { return endpointChain(pfxToHost, i) }, end)...)
+	for p := range profs {
+		tb.chains = append(tb.chains,
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress")})
+	}
+	return true
 }
 
 // natTable: masquerade traffic from natOutgoing pools.

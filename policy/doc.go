@@ -22,8 +22,8 @@
 //     all four tables, always named, even when one holds no chain, so that
 //     a programmer visits it and removes stale chains.
 //   - Hooks are the one rule per built-in chain (raw PREROUTING and OUTPUT,
-//     mangle PREROUTING, filter INPUT, FORWARD and OUTPUT, nat POSTROUTING)
-//     that sends packets into our chains.
+//     mangle PREROUTING and POSTROUTING, filter INPUT, FORWARD and OUTPUT,
+//     nat POSTROUTING) that sends packets into our chains.
 //   - Chain.Hashes gives each rule felix's hash: a SHA-224 chain over the
 //     chain name and the rules up to it, 16 characters of base64. Render
 //     writes it as a comment ("-m comment --comment "cali:<hash>"") before
@@ -83,7 +83,15 @@
 //     itself. Normal policy with applyOnForward also polices traffic routed
 //     through the endpoint (filter FORWARD: ingress as it comes in, egress
 //     as it leaves); an endpoint no such policy selects lets routed traffic
-//     through. doNotTrack policy (raw PREROUTING and OUTPUT, before
+//     through. Traffic the host sends that the nat table DNAT-ed (to a
+//     Service's backend, say) gets normal egress policy in mangle
+//     POSTROUTING instead of filter OUTPUT, which runs before the kernel
+//     reroutes the packet for its new destination: the same tiers and
+//     profiles, allow as RETURN, deny as DROP, after the failsafe ports;
+//     packets already accepted on their way (routed ones, which
+//     filter FORWARD judged) and traffic to local workloads are left
+//     alone. That chain is hooked only on nodes with a host endpoint.
+//     doNotTrack policy (raw PREROUTING and OUTPUT, before
 //     conntrack) exempts what it allows from conntrack; preDNAT policy
 //     (mangle PREROUTING, ingress only) sees the destination before the nat
 //     table rewrites it. What those two allow sets the accept mark bit, so
@@ -112,13 +120,13 @@
 //
 // # Not modelled
 //
-// Mangle POSTROUTING (normal egress policy for DNAT-ed traffic from the
-// host, which filter OUTPUT leaves alone), felix's raw NOTRACK of VXLAN
-// and its masquerade port range that avoids the VXLAN port, WireGuard host
-// rules, IPVS support, service CIDR loop blocking, Log rate limits and log
-// prefix expansion are not generated. felix accepts policy-allowed forwarded
-// packets at the end of the built-in FORWARD chain; here the ACCEPT is the
-// last rule of cali-FORWARD, so that FORWARD keeps a single hook rule.
+// felix's raw NOTRACK of VXLAN and its masquerade port range that avoids
+// the VXLAN port, WireGuard host rules, IPVS support, DSCP and Istio
+// marking in mangle POSTROUTING, service CIDR loop blocking, Log rate
+// limits and log prefix expansion are not generated. felix accepts
+// policy-allowed forwarded packets at the end of the built-in FORWARD
+// chain; here the ACCEPT is the last rule of cali-FORWARD, so that FORWARD
+// keeps a single hook rule.
 //
 // # Design
 //

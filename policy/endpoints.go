@@ -41,8 +41,9 @@ type endpointChainSpec struct {
 	inbound   bool   // policy direction: ingress (cali-pi-) or egress (cali-po-)
 	failsafe  string // failsafe chain to jump to first (host endpoints)
 	dropEncap bool   // drop VXLAN and IPIP sent by a workload
-	// allow is what established traffic gets: ACCEPT, or (mangle with
-	// iptablesMangleAllowAction Return) RETURN with the accept bit set.
+	// allow is what established traffic gets: ACCEPT, or RETURN with the
+	// accept bit set (mangle POSTROUTING always, mangle PREROUTING with
+	// iptablesMangleAllowAction Return).
 	allow Action
 }
 

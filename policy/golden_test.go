@@ -311,6 +311,27 @@ func goldenCases() []goldenCase {
 				gnp("host-normal", api.GlobalNetworkPolicySpec{Selector: "has(host)", Ingress: []api.Rule{{Action: api.Allow}}}),
 			)
 		}},
+		{"dnat-host-egress", func(s *policy.Snapshot) {
+			// Host endpoints' normal egress policy is also in mangle
+			// POSTROUTING, for traffic DNAT-ed on the host: allow is
+			// RETURN, deny DROP (filter keeps REJECT), profiles last, and
+			// the "*" endpoint skips traffic to workloads.
+			s.Config.IPv6 = true
+			s.Config.DenyAction = "REJECT"
+			s.HostEndpoints = append(s.HostEndpoints,
+				hep("node1-eth0", "eth0", map[string]string{"host": "node1", "edge": "yes"}, []string{"10.0.0.10"}),
+				hep("node1-all", "*", map[string]string{"host": "node1"}, nil, "kns.ns1"),
+			)
+			s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+				gnp("edge-egress", api.GlobalNetworkPolicySpec{Selector: "edge == 'yes'", Types: []api.PolicyType{api.PolicyTypeEgress},
+					Egress: []api.Rule{
+						{Action: api.Log, Protocol: tcp, Destination: api.EntityRule{Ports: ports("25")}},
+						{Action: api.Deny, Protocol: tcp, Destination: api.EntityRule{Ports: ports("25")}},
+						{Action: api.Allow, Destination: api.EntityRule{Selector: "app == 'db'"}},
+						{Action: api.Allow, Destination: api.EntityRule{Nets: []string{"198.51.100.0/24", "2001:db8:1::/48"}}},
+					}}),
+			)
+		}},
 		{"apply-on-forward", func(s *policy.Snapshot) {
 			// Forward chains for every host endpoint: default allow without
 			// applyOnForward policy, the policy's tiers with it; the policy

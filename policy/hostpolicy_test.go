@@ -29,6 +29,8 @@ type walk struct {
 	// PREROUTING", "filter FORWARD", ...); unchecked when empty.
 	decidedIn string
 	untracked bool
+	// notVia: no rule of this "table:chain" may match on the way.
+	notVia string
 }
 
 // The host endpoint most cases use: eth0, 10.0.0.10, labelled host=node1.
@@ -77,6 +79,9 @@ func runWalks(t *testing.T, s *policy.Snapshot, walks []walk) {
 			}
 			if w.want != sim.Accept && w.decidedIn != "" && got.DecidedIn() != w.decidedIn {
 				t.Errorf("dropped in %s, want %s; trace %s", got.DecidedIn(), w.decidedIn, trace)
+			}
+			if w.notVia != "" && strings.Contains(trace, w.notVia+"#") {
+				t.Errorf("went through %s; trace %s", w.notVia, trace)
 			}
 			if got.Untracked != w.untracked {
 				t.Errorf("untracked = %v, want %v; trace %s", got.Untracked, w.untracked, trace)
@@ -234,6 +239,77 @@ func TestApplyOnForward(t *testing.T) {
 	})
 }
 
+// TestDNATedHostEgress: a connection the host makes to a Service address
+// that the nat table sends to a backend elsewhere leaves by a host
+// endpoint whose egress policy filter OUTPUT cannot apply (the kernel has
+// not rerouted the packet yet there); mangle POSTROUTING applies it.
+func TestDNATedHostEgress(t *testing.T) {
+	s := withHostEndpoint(base())
+	s.Config.DenyAction = "REJECT" // mangle can only drop
+	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+		gnp("host-egress", api.GlobalNetworkPolicySpec{
+			Selector: "host == 'node1'", Types: []api.PolicyType{api.PolicyTypeEgress},
+			Egress: []api.Rule{
+				{Action: api.Deny, Destination: api.EntityRule{Nets: []string{"203.0.113.0/24"}}},
+				{Action: api.Allow, Protocol: proto("TCP"), Destination: api.EntityRule{Nets: []string{"198.51.100.0/24"}}},
+			},
+		}),
+	)
+	const svc = "10.96.0.10"
+	const mangleDispatch = "mangle:cali-to-host-endpoint"
+	runWalks(t, s, []walk{
+		{name: "DNAT-ed to a denied backend: dropped in mangle POSTROUTING", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "203.0.113.5:8080", want: sim.Drop, decidedIn: "mangle POSTROUTING"},
+		{name: "DNAT-ed to an allowed backend: allowed", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "198.51.100.7:8080", want: sim.Accept},
+		{name: "DNAT-ed to a backend no rule allows: the tier's default deny", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 17, dport: 80, dnat: "198.51.100.7:8080", want: sim.Drop, decidedIn: "mangle POSTROUTING"},
+		{name: "established DNAT-ed connection flows", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "203.0.113.5:8080", state: "ESTABLISHED", want: sim.Accept},
+		{name: "failsafe port stays open through DNAT", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 6, dport: 443, dnat: "203.0.113.5:6443", want: sim.Accept},
+		{name: "failsafe dns stays open through DNAT", path: sim.Output, out: "eth0",
+			src: hostIP, dst: svc, proto: 17, dport: 53, dnat: "203.0.113.53:53", want: sim.Accept},
+		// Not DNAT-ed: filter OUTPUT decides (with REJECT), as before.
+		{name: "not DNAT-ed: denied in filter OUTPUT", path: sim.Output, out: "eth0",
+			src: hostIP, dst: "203.0.113.5", proto: 6, dport: 8080, want: sim.Reject, decidedIn: "filter OUTPUT", notVia: mangleDispatch},
+		{name: "not DNAT-ed: allowed in filter OUTPUT, mangle leaves it alone", path: sim.Output, out: "eth0",
+			src: hostIP, dst: "198.51.100.7", proto: 6, dport: 8080, want: sim.Accept, notVia: mangleDispatch},
+		// Routed NodePort traffic is the filter FORWARD chain's business
+		// (applyOnForward policy); its accept bit skips mangle's check.
+		{name: "routed DNAT-ed traffic is not judged again", path: sim.Forward, in: "eth1", out: "eth0",
+			src: "192.0.2.9", dst: hostIP, proto: 6, dport: 30080, dnat: "203.0.113.5:8080", want: sim.Accept, notVia: mangleDispatch},
+		{name: "DNAT-ed to a local workload: not host endpoint egress", path: sim.Output, out: ifWeb,
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "10.65.0.1:80", want: sim.Accept},
+		{name: "DNAT-ed out of an interface without an endpoint", path: sim.Output, out: "eth1",
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "203.0.113.5:8080", want: sim.Accept},
+	})
+
+	// The "*" endpoint covers every interface but workloads'.
+	s = base()
+	s.HostEndpoints = append(s.HostEndpoints, hep("node1-all", "*", map[string]string{"host": "node1"}, nil))
+	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies,
+		gnp("deny-egress", api.GlobalNetworkPolicySpec{Selector: "host == 'node1'", Types: []api.PolicyType{api.PolicyTypeEgress}}))
+	runWalks(t, s, []walk{
+		{name: "wildcard: DNAT-ed out of any interface is policed", path: sim.Output, out: "eth1",
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "203.0.113.5:8080", want: sim.Drop, decidedIn: "mangle POSTROUTING"},
+		{name: "wildcard: DNAT-ed to a local workload is not", path: sim.Output, out: ifWeb,
+			src: hostIP, dst: svc, proto: 6, dport: 80, dnat: "10.65.0.1:80", want: sim.Accept},
+		{name: "wildcard: failsafe stays open", path: sim.Output, out: "eth1",
+			src: hostIP, dst: svc, proto: 6, dport: 179, dnat: "203.0.113.5:179", want: sim.Accept},
+	})
+
+	// Without host endpoints there is nothing to police: the chain is not
+	// hooked, and DNAT-ed traffic leaves freely.
+	s = base()
+	res := policy.Compile(s)
+	for _, f := range []*policy.Family{res.V4} {
+		if len(f.Mangle.Hooks) != 0 || len(f.Mangle.Chains) != 0 {
+			t.Errorf("mangle without host endpoints: hooks %v, %d chains; want none", f.Mangle.Hooks, len(f.Mangle.Chains))
+		}
+	}
+}
+
 // TestFailsafeSurvivesDenyAllInEveryTable puts a deny-all host endpoint
 // policy in each table in turn: the failsafe ports must stay open, and
 // the deny-all must be what drops the rest.
@@ -243,14 +319,15 @@ func TestFailsafeSurvivesDenyAllInEveryTable(t *testing.T) {
 		spec           api.GlobalNetworkPolicySpec
 		inTable        string
 		outTable       string // "" when the kind has no egress
+		dnatOutTable   string // where DNAT-ed egress is dropped ("": raw, which sees the original destination, decides)
 		trackedReplies bool
 	}{
 		{"doNotTrack", api.GlobalNetworkPolicySpec{DoNotTrack: true, ApplyOnForward: true,
-			Ingress: []api.Rule{{Action: api.Deny}}, Egress: []api.Rule{{Action: api.Deny}}}, "raw PREROUTING", "raw OUTPUT", true},
+			Ingress: []api.Rule{{Action: api.Deny}}, Egress: []api.Rule{{Action: api.Deny}}}, "raw PREROUTING", "raw OUTPUT", "", true},
 		{"preDNAT", api.GlobalNetworkPolicySpec{PreDNAT: true, ApplyOnForward: true,
-			Ingress: []api.Rule{{Action: api.Deny}}}, "mangle PREROUTING", "", true},
+			Ingress: []api.Rule{{Action: api.Deny}}}, "mangle PREROUTING", "", "", true},
 		{"normal", api.GlobalNetworkPolicySpec{ApplyOnForward: true,
-			Ingress: []api.Rule{{Action: api.Deny}}, Egress: []api.Rule{{Action: api.Deny}}}, "filter INPUT", "filter OUTPUT", true},
+			Ingress: []api.Rule{{Action: api.Deny}}, Egress: []api.Rule{{Action: api.Deny}}}, "filter INPUT", "filter OUTPUT", "mangle POSTROUTING", true},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			s := withHostEndpoint(base())
@@ -272,6 +349,14 @@ func TestFailsafeSurvivesDenyAllInEveryTable(t *testing.T) {
 					walk{name: "dns out", path: sim.Output, out: "eth0", src: hostIP, dst: "192.0.2.53", proto: 17, dport: 53, want: sim.Accept},
 					walk{name: "bgp out", path: sim.Output, out: "eth0", src: hostIP, dst: "192.0.2.2", proto: 6, dport: 179, want: sim.Accept},
 					walk{name: "https out", path: sim.Output, out: "eth0", src: hostIP, dst: "192.0.2.1", proto: 6, dport: 443, want: sim.Drop, decidedIn: tc.outTable},
+				)
+			}
+			if tc.dnatOutTable != "" {
+				walks = append(walks,
+					walk{name: "DNAT-ed kube-apiserver out", path: sim.Output, out: "eth0", src: hostIP, dst: "10.96.0.1", proto: 6, dport: 443,
+						dnat: "192.0.2.2:6443", want: sim.Accept},
+					walk{name: "DNAT-ed https out", path: sim.Output, out: "eth0", src: hostIP, dst: "10.96.0.2", proto: 6, dport: 443,
+						dnat: "192.0.2.1:443", want: sim.Drop, decidedIn: tc.dnatOutTable},
 				)
 			}
 			runWalks(t, s, walks)

@@ -41,6 +41,10 @@ const (
 	shortenedMarker      = "_"
 )
 
+// chainManglePostrouting has the nat table's chain name, as in felix; the
+// tables keep them apart.
+const chainManglePostrouting = "cali-POSTROUTING"
+
 // lengthLimited returns prefix+suffix, or, when that is longer than max (or
 // exactly max but starting with the marker, which could clash), prefix +
 // "_" + a hash of suffix cut to fit: felix's GetLengthLimitedID.

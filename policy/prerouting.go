@@ -1,8 +1,7 @@
 package policy
 
 // The raw and mangle chains, as felix's static.go builds them, less what
-// this compiler leaves out (VXLAN and WireGuard rules, mangle POSTROUTING
-// for DNAT-ed host traffic).
+// this compiler leaves out (VXLAN, WireGuard, IPVS, DSCP and Istio rules).
 //
 // The packet mark is how the tables talk to each other: raw clears our
 // bits, then an untracked or preDNAT allow sets the accept bit, which the
@@ -108,6 +107,26 @@ func (c *famCompiler) manglePreroutingChain() Chain {
 		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow},
 		{Action: Jump{chainFromHEPDispatch}},
 		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow, Comment: []string{"Host endpoint policy accepted packet."}},
+	}}
+}
+
+// manglePostroutingChain applies host endpoint egress policy to traffic
+// that was DNAT-ed on this host and leaves by a host endpoint: the filter
+// table cannot, because for a packet the host sends, the kernel picks the
+// outgoing interface for the new destination only after filter OUTPUT has
+// run (so cali-OUTPUT skips DNAT-ed packets). Packets with the accept bit
+// were already allowed on their way (routed traffic that passed
+// cali-FORWARD, untracked allows) and are left alone. Allow is RETURN
+// rather than ACCEPT here, whatever iptablesMangleAllowAction says, as in
+// felix: other software's mangle rules may still need to see the packet.
+// Traffic to local workloads returns undecided from the dispatch chain.
+func (c *famCompiler) manglePostroutingChain() Chain {
+	m := c.marks
+	return Chain{Name: chainManglePostrouting, Rules: []Rule{
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}},
+		{Action: SetMark{Mark: 0, Mask: m.all()}},
+		{Match: Match{MatchConntrack{States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Host endpoint policy accepted packet."}},
 	}}
 }
 

@@ -6,8 +6,8 @@
 //
 // A Packet (addresses, protocol, ports or ICMP type/code, conntrack state,
 // incoming mark) enters a built-in chain of a Family's table (raw
-// PREROUTING or OUTPUT, mangle PREROUTING, filter INPUT, FORWARD or OUTPUT,
-// nat POSTROUTING) through interfaces given by name. The built-in chain
+// PREROUTING or OUTPUT, mangle PREROUTING or POSTROUTING, filter INPUT,
+// FORWARD or OUTPUT, nat POSTROUTING) through interfaces given by name. The built-in chain
 // holds only our hook rules and accepts by default, as on a host where no
 // other software has rules. Traverse follows jumps, gotos and returns,
 // evaluates every match type policy produces (IP set membership from the
@@ -18,9 +18,10 @@
 // rules that matched.
 //
 // Walk strings the tables together the way netfilter does for a packet to
-// the host, through it or from it: raw, then mangle, then (on the
-// packet's way) a destination NAT the caller describes, then filter, then
-// nat POSTROUTING. The mark carries from table to table; a packet raw
+// the host, through it or from it: raw, then mangle PREROUTING (for
+// packets that arrive), then (on the packet's way) a destination NAT the
+// caller describes, then filter, then, for packets that leave, mangle
+// POSTROUTING and nat POSTROUTING. The mark carries from table to table; a packet raw
 // exempted from conntrack is UNTRACKED from then on and is not NAT-ed. An
 // ACCEPT ends only its own table; DROP and REJECT end the walk.
 //
@@ -637,9 +638,13 @@ type Hop struct {
 	In, Out string
 	// DNAT, when valid, is where the nat table (kube-proxy's rules for a
 	// NodePort, say) sends a tracked packet: it happens after mangle
-	// PREROUTING (nat OUTPUT for Output), so the filter table sees the new
-	// destination and conntrack state DNAT, while raw and mangle see the
-	// original one.
+	// PREROUTING (nat OUTPUT for Output), so the filter table and mangle
+	// POSTROUTING see the new destination and conntrack state DNAT, while
+	// raw and mangle PREROUTING see the original one. Out is the interface
+	// the new destination is routed by; every table sees that one (the
+	// kernel's filter OUTPUT would still see the interface of the original
+	// destination, which is why policy leaves DNAT-ed packets to mangle
+	// POSTROUTING).
 	DNAT netip.AddrPort
 }
 
@@ -692,8 +697,9 @@ func (w WalkResult) Trace() []string {
 const dnatStep = "dnat"
 
 // walkSteps are netfilter's hooks in priority order for each path, less
-// the ones we put nothing in (mangle INPUT, FORWARD and OUTPUT, nat INPUT,
-// mangle POSTROUTING).
+// the ones we put nothing in (mangle INPUT, FORWARD and OUTPUT, nat
+// INPUT). Mangle POSTROUTING (priority -150) comes before nat POSTROUTING
+// (100), so it sees the packet before source NAT.
 var walkSteps = map[Path][][2]string{
 	Input: {
 		{policy.TableRaw, "PREROUTING"}, {policy.TableMangle, "PREROUTING"}, {dnatStep, ""},
@@ -701,11 +707,11 @@ var walkSteps = map[Path][][2]string{
 	},
 	Forward: {
 		{policy.TableRaw, "PREROUTING"}, {policy.TableMangle, "PREROUTING"}, {dnatStep, ""},
-		{policy.TableFilter, "FORWARD"}, {policy.TableNAT, "POSTROUTING"},
+		{policy.TableFilter, "FORWARD"}, {policy.TableMangle, "POSTROUTING"}, {policy.TableNAT, "POSTROUTING"},
 	},
 	Output: {
 		{policy.TableRaw, "OUTPUT"}, {dnatStep, ""},
-		{policy.TableFilter, "OUTPUT"}, {policy.TableNAT, "POSTROUTING"},
+		{policy.TableFilter, "OUTPUT"}, {policy.TableMangle, "POSTROUTING"}, {policy.TableNAT, "POSTROUTING"},
 	},
 }
 

@@ -128,8 +128,15 @@ func walkFamily() *policy.Family {
 				{Match: ct("UNTRACKED"), Action: policy.SetMark{Mark: 0x2, Mask: 0x2}},
 				{Match: dst("10.8.0.0/16"), Action: policy.Drop{}},
 			}}}},
-		Mangle: policy.Table{Name: policy.TableMangle, Hooks: hook("PREROUTING", "cali-pre"),
-			Chains: []policy.Chain{{Name: "cali-pre", Rules: []policy.Rule{
+		Mangle: policy.Table{Name: policy.TableMangle, Hooks: append(hook("PREROUTING", "cali-pre"), hook("POSTROUTING", "cali-post")...),
+			Chains: []policy.Chain{{Name: "cali-post", Rules: []policy.Rule{
+				// Only packets that leave get here.
+				{Action: policy.SetMark{Mark: 0x40, Mask: 0x40}},
+				// Sees the filter table's mark and the DNAT.
+				{Match: append(m(0x10), ct("DNAT")...), Action: policy.SetMark{Mark: 0x80, Mask: 0x80}},
+				// Before nat POSTROUTING: a drop here leaves it unNAT-ed.
+				{Match: dst("10.66.0.0/16"), Action: policy.Drop{}},
+			}}, {Name: "cali-pre", Rules: []policy.Rule{
 				// Sees raw's mark and the original destination.
 				{Match: append(m(0x1), dst("10.0.0.10/32")...), Action: policy.SetMark{Mark: 0x4, Mask: 0x4}},
 			}}}},
@@ -168,7 +175,7 @@ func TestWalk(t *testing.T) {
 		{"mark carries, DNAT seen by filter only, then NAT",
 			sim.Hop{Path: sim.Forward, In: "eth0", Out: "cali1", DNAT: netip.MustParseAddrPort("10.65.0.2:5432")},
 			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.0.0.10"), Proto: 6, DstPort: 30080, State: "ESTABLISHED"},
-			sim.Accept, 0x1 | 0x4 | 0x8 | 0x10 | 0x20, false, "MASQUERADE", "nat POSTROUTING"},
+			sim.Accept, 0x1 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80, false, "MASQUERADE", "nat POSTROUTING"},
 		{"input path has no POSTROUTING",
 			sim.Hop{Path: sim.Input, In: "eth0"},
 			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.0.0.10"), Proto: 6, DstPort: 22},
@@ -176,11 +183,15 @@ func TestWalk(t *testing.T) {
 		{"untracked: later tables see UNTRACKED, no DNAT, no NAT",
 			sim.Hop{Path: sim.Forward, In: "eth0", Out: "eth1", DNAT: netip.MustParseAddrPort("10.65.0.2:5432")},
 			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.9.0.1"), Proto: 6, DstPort: 80},
-			sim.Accept, 0x1 | 0x2, true, "", "filter FORWARD"},
+			sim.Accept, 0x1 | 0x2 | 0x40, true, "", "mangle POSTROUTING"},
 		{"drop in raw ends the walk",
 			sim.Hop{Path: sim.Forward, In: "eth0", Out: "eth1"},
 			sim.Packet{Src: a("192.0.2.1"), Dst: a("10.8.0.1"), Proto: 6, DstPort: 80},
 			sim.Drop, 0x1, false, "", "raw PREROUTING"},
+		{"output: mangle POSTROUTING sees the DNAT-ed destination and runs before nat",
+			sim.Hop{Path: sim.Output, Out: "eth0", DNAT: netip.MustParseAddrPort("10.66.0.5:443")},
+			sim.Packet{Src: a("10.0.0.10"), Dst: a("10.96.0.1"), Proto: 6, DstPort: 443},
+			sim.Drop, 0x1 | 0x40, false, "", "mangle POSTROUTING"},
 		{"output starts in raw OUTPUT",
 			sim.Hop{Path: sim.Output, Out: "eth0"},
 			sim.Packet{Src: a("10.0.0.10"), Dst: a("10.8.0.1"), Proto: 6, DstPort: 80},
