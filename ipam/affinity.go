@@ -94,10 +94,7 @@ func (c *Client) releaseAffinity(ctx context.Context, node string, cidr netip.Pr
 		if ok {
 			return true, nil
 		}
-		if attempt+1 >= maxAttempts {
-			return false, fmt.Errorf("block %s: %w: gave up after %d attempts", cidr, ErrConflict, maxAttempts)
-		}
-		if err := backoff(ctx, attempt); err != nil {
+		if err := retryAfter(ctx, attempt); err != nil {
 			return false, fmt.Errorf("block %s: %w", cidr, err)
 		}
 	}

@@ -146,13 +146,10 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 			return p.got[4], p.got[6], nil
 		}
 		e.setAffinities(refreshed[0])
-		if attempt+1 >= maxAttempts {
-			return nil, nil, fmt.Errorf("auto-assign for %s: %w: gave up after %d attempts", args.HandleID, ErrConflict, maxAttempts)
-		}
-		c.logger.Debug("IPAM write lost a race, retrying", "handle", args.HandleID, "attempt", attempt+1)
-		if err := backoff(ctx, attempt); err != nil {
+		if err := retryAfter(ctx, attempt); err != nil {
 			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
+		c.logger.Debug("IPAM write lost a race, retrying", "handle", args.HandleID, "attempt", attempt+1)
 	}
 }
 
@@ -594,10 +591,7 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 		if ok {
 			return nil
 		}
-		if attempt+1 >= maxAttempts {
-			return fmt.Errorf("assign %s: %w: gave up after %d attempts", ip, ErrConflict, maxAttempts)
-		}
-		if err := backoff(ctx, attempt); err != nil {
+		if err := retryAfter(ctx, attempt); err != nil {
 			return fmt.Errorf("assign %s: %w", ip, err)
 		}
 	}

@@ -198,9 +198,14 @@ func (c *Client) etcdErr(err error) error {
 	return fmt.Errorf("etcd at %s: %w", strings.Join(c.kv.Endpoints(), ","), err)
 }
 
-// backoff sleeps a little after a lost race, growing with the attempt
-// number and jittered so that the losers do not collide again in step.
-func backoff(ctx context.Context, attempt int) error {
+// retryAfter is what every compare-and-swap loop does after losing a
+// race: give up with ErrConflict once attempt was the last of maxAttempts,
+// else sleep a little, growing with the attempt number and jittered so
+// that the losers do not collide again in step.
+func retryAfter(ctx context.Context, attempt int) error {
+	if attempt+1 >= maxAttempts {
+		return fmt.Errorf("%w: gave up after %d attempts", ErrConflict, maxAttempts)
+	}
 	limit := time.Duration(1<<min(attempt, 6)) * time.Millisecond
 	d := time.Duration(rand.Int64N(int64(limit)))
 	t := time.NewTimer(d)

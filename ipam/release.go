@@ -71,10 +71,7 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handleID string) error {
 		if ok {
 			return nil
 		}
-		if attempt+1 >= maxAttempts {
-			return fmt.Errorf("release handle %s: %w: gave up after %d attempts", handleID, ErrConflict, maxAttempts)
-		}
-		if err := backoff(ctx, attempt); err != nil {
+		if err := retryAfter(ctx, attempt); err != nil {
 			return fmt.Errorf("release handle %s: %w", handleID, err)
 		}
 	}
@@ -233,10 +230,7 @@ func (c *Client) Release(ctx context.Context, opts ...ReleaseOptions) (unallocat
 		if ok {
 			return unallocated, nil
 		}
-		if attempt+1 >= maxAttempts {
-			return nil, fmt.Errorf("release: %w: gave up after %d attempts", ErrConflict, maxAttempts)
-		}
-		if err := backoff(ctx, attempt); err != nil {
+		if err := retryAfter(ctx, attempt); err != nil {
 			return nil, fmt.Errorf("release: %w", err)
 		}
 	}
