@@ -21,13 +21,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/projectcalico/calico-node/buildinfo"
+	"github.com/projectcalico/calico-node/cnientry"
 	"github.com/projectcalico/calico-node/datastore"
 )
 
 // Plugin names as installed in the CNI bin dir.
 const (
-	NetworkPlugin = "calico"
-	IPAMPlugin    = "calico-ipam"
+	NetworkPlugin = cnientry.NetworkPlugin
+	IPAMPlugin    = cnientry.IPAMPlugin
 )
 
 // Time limits. A runtime waits minutes for a plugin; these make an

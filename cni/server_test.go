@@ -244,3 +244,18 @@ func TestAgentLostMidCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestServerBadSocket: a socket path the agent cannot listen on is an
+// error naming the path (the agent stops with it, as for any bad flag),
+// and nothing is left behind.
+func TestServerBadSocket(t *testing.T) {
+	dir := t.TempDir()
+	long := filepath.Join(dir, strings.Repeat("x", 120), "cni.sock") // over the 108-byte limit
+	err := cni.NewServer(long, nil, slog.New(slog.NewTextHandler(io.Discard, nil))).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), long) {
+		t.Fatalf("Run on %s: %v, want an error naming the socket", long, err)
+	}
+	if _, err := os.Stat(long); err == nil {
+		t.Errorf("%s was created", long)
+	}
+}

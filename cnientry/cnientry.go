@@ -39,11 +39,11 @@ import (
 	"syscall"
 )
 
-// Plugin names (as package cni has them; duplicated so that this package
-// stays free of cni's imports).
+// Plugin names as installed in the CNI bin dir (package cni uses these:
+// this package must stay free of cni's imports).
 const (
-	networkPlugin = "calico"
-	ipamPlugin    = "calico-ipam"
+	NetworkPlugin = "calico"
+	IPAMPlugin    = "calico-ipam"
 )
 
 // ProtocolVersion changes whenever Request or Response change meaning.
@@ -118,7 +118,7 @@ func init() {
 			break
 		}
 	}
-	if name != networkPlugin && name != ipamPlugin {
+	if name != NetworkPlugin && name != IPAMPlugin {
 		return
 	}
 	if code, ok := forward(name); ok {

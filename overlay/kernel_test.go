@@ -7,11 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -24,27 +21,17 @@ import (
 func kernelNS(t *testing.T) (string, *netlink.Handle) {
 	t.Helper()
 	requireRoot(t)
-	name := fmt.Sprintf("ovlk%d-%d", os.Getpid()%100000, time.Now().UnixNano()%100000)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v %s", args, err, out)
-		}
-	}
-	run("netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	ns := netnstest.New(t, "ovlk")
 	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
 		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"},
 		{"link", "set", "eth0", "up"},
 		{"link", "set", "eth0p", "up"},
 		{"addr", "add", "192.0.2.11/24", "dev", "eth0"},
 		{"-6", "addr", "add", "2001:db8::11/64", "dev", "eth0", "nodad"},
 	} {
-		run(append([]string{"-n", name}, args...)...)
+		ns.MustRun(t, "ip", args...)
 	}
-	nl := netnstest.NetlinkAt(t, name)
-	return name, nl
+	return ns.Name, ns.Netlink(t)
 }
 
 // countingNetlink counts the calls that change the kernel.

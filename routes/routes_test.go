@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -26,13 +25,8 @@ func testNS(t *testing.T) *netlink.Handle {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	name := fmt.Sprintf("routes-test-%d-%d", os.Getpid(), time.Now().UnixNano()%100000)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	ns := netnstest.New(t, "routes-test")
 	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
 		// No dummy driver on every kernel: a veth pair serves.
 		{"link", "add", "dummy0", "type", "veth", "peer", "name", "dummy0p"},
 		{"link", "set", "dummy0p", "up"},
@@ -42,12 +36,9 @@ func testNS(t *testing.T) *netlink.Handle {
 		// Someone else's route: must survive every reconcile.
 		{"route", "add", "198.51.100.0/24", "via", "192.0.2.254", "proto", "static"},
 	} {
-		if out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v %s", args, err, out)
-		}
+		ns.MustRun(t, "ip", args...)
 	}
-	nl := netnstest.NetlinkAt(t, name)
-	return nl
+	return ns.Netlink(t)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
