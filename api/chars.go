@@ -34,9 +34,6 @@ func isDNSLabelChars(s string) bool {
 	return allBytes(s, len(s), func(c byte) bool { return isLowerAlnum(c) || c == '-' })
 }
 
-// isDNSLabel is a DNS-1123 label: isDNSLabelChars and at most 63 bytes.
-func isDNSLabel(s string) bool { return len(s) <= maxLabelLen && isDNSLabelChars(s) }
-
 // isSubdomainChars: dot-separated isDNSLabelChars, any length (Calico's
 // name syntax; the 253-byte limit is checked separately).
 func isSubdomainChars(s string) bool {

@@ -345,17 +345,6 @@ type ipamRequest struct {
 	ips              []netip.Addr // ipAddrs: exact addresses
 }
 
-// families reports which address families the request will assign.
-func (r *ipamRequest) families() (v4, v6 bool) {
-	if len(r.ips) > 0 {
-		for _, ip := range r.ips {
-			v4, v6 = v4 || ip.Is4(), v6 || !ip.Is4()
-		}
-		return v4, v6
-	}
-	return r.num4 > 0, r.num6 > 0
-}
-
 // applyAnnotations overrides the config's IPAM request with the pod's
 // annotations: pools and families from the pod or its namespace, exact
 // addresses from the pod only (as Calico does).

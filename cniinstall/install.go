@@ -102,9 +102,8 @@ type Config struct {
 
 // Installer installs and maintains the CNI configuration and plugins.
 type Installer struct {
-	cfg      Config
-	log      *slog.Logger
-	conflist bool // wrap a single-plugin template into a list
+	cfg Config
+	log *slog.Logger
 	// installed is the stat of the calico binary as the last install left
 	// it, so that an unchanged binary is not re-read every Interval.
 	installed os.FileInfo

@@ -42,9 +42,8 @@ func K8sNodeName(n *api.Node) string {
 // deleted nodes. Keys are Kubernetes node names.
 type nodeController struct {
 	*queue
-	c      *Controllers
-	nodes  listersv1.NodeLister
-	synced cache.InformerSynced
+	c     *Controllers
+	nodes listersv1.NodeLister
 
 	mu sync.Mutex
 	// calicoNames maps Kubernetes node names to Calico node names, from

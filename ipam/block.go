@@ -101,36 +101,6 @@ func (b *block) encode() ([]byte, error) {
 	return data, nil
 }
 
-// clone returns a deep copy, so a plan can be thrown away on conflict.
-func (b *block) clone() *block {
-	c := &block{cidr: b.cidr, v: b.v}
-	c.v.Allocations = make([]*int, len(b.v.Allocations))
-	for i, a := range b.v.Allocations {
-		if a != nil {
-			x := *a
-			c.v.Allocations[i] = &x
-		}
-	}
-	c.v.Unallocated = slices.Clone(b.v.Unallocated)
-	c.v.Attributes = make([]allocationAttribute, len(b.v.Attributes))
-	for i, at := range b.v.Attributes {
-		c.v.Attributes[i] = allocationAttribute{Secondary: maps.Clone(at.Secondary)}
-		if at.HandleID != nil {
-			h := *at.HandleID
-			c.v.Attributes[i].HandleID = &h
-		}
-	}
-	if b.v.Attributes == nil {
-		c.v.Attributes = nil
-	}
-	c.v.SequenceNumberForAllocation = maps.Clone(b.v.SequenceNumberForAllocation)
-	if b.v.Affinity != nil {
-		a := *b.v.Affinity
-		c.v.Affinity = &a
-	}
-	return c
-}
-
 // blockSize is the number of addresses in p, or 0 when p is too large to
 // be a block.
 func blockSize(p netip.Prefix) int {

@@ -165,7 +165,7 @@ func TestKernelVXLANv6(t *testing.T) {
 	if err := k.syncVXLAN(VXLANDeviceV6, spec); err != nil {
 		t.Fatal(err)
 	}
-	dev, neigh, fdb = v6State(t, nl)
+	_, neigh, fdb = v6State(t, nl)
 	if !slices.Equal(neigh, []string{"fd00:10::41 lladdr 02:00:00:00:00:22"}) || !slices.Equal(fdb, []string{"02:00:00:00:00:22 dst 2001:db8::12"}) {
 		t.Errorf("after peer changes: %q %q", neigh, fdb)
 	}
