@@ -7,7 +7,7 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_docs \
-      -ldflags "-s -w -X github.com/projectcalico/calico-node/buildinfo.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=${VERSION}" \
       -o /out/calico-node .
 
 FROM debian:bookworm-slim

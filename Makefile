@@ -10,7 +10,7 @@ GO       ?= go
 BIN      := bin
 BINARY   := $(BIN)/calico-node
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/buildinfo.Version=$(VERSION)
+LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=$(VERSION)
 # urfave_cli_no_docs leaves out urfave/cli's man-page and markdown
 # renderers (and their package init, which every CNI invocation pays).
 GOTAGS   := urfave_cli_no_docs
@@ -34,11 +34,11 @@ deps:
 	./scripts/deps.sh
 
 # kube-apiserver, kube-controller-manager, kubectl and kubelet for the tests that
-# need a real control plane (package kubetest), built from the Go module
+# need a real control plane (package internal/testkit/kubetest), built from the Go module
 # proxy once into ~/.cache/calico-node/kube-bin (CALICO_KUBE_BIN_DIR);
 # several minutes cold, nothing when cached. CALICO_KUBE_TESTS=skip skips.
 kube-bins:
-	$(GO) run ./kubetest/kubebins
+	$(GO) run ./internal/testkit/kubetest/kubebins
 
 # Tests share the one binary built here (CALICO_NODE_BIN) instead of each
 # package building its own.
@@ -47,11 +47,11 @@ test: deps build kube-bins
 
 # Pure packages only: no root, no etcd.
 unit:
-	$(GO) test -count=1 ./selector/ ./api/
+	$(GO) test -count=1 ./internal/model/...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./selector/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./internal/model/selector/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./internal/model/api/
 
 bench-confwatch: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkConfwatch -benchtime 1x -timeout 30m ./confwatch/
@@ -65,7 +65,7 @@ bench-bgp: deps build
 # reference ptp+host-local; figures go to docs/benchmarks.md. CNI_BENCH_N
 # sets the pods per run (default 200).
 bench-cni: deps build
-	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkCNI -benchtime 1x -timeout 30m ./cni/
+	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkCNI -benchtime 1x -timeout 30m ./internal/cni/
 
 # Policy dataplane: 1,000 local endpoints and 500 policies compiled and
 # programmed into a fresh namespace next to iptables-restore alone, and the

@@ -1,3 +1,9 @@
+// Plain TCP for every listener: since Go 1.24 net.Listen makes MPTCP
+// sockets where the kernel has them, and those refuse TCP_MD5SIG and IP_TTL,
+// so BGP passwords and TTL security on gobgp's listener would silently not
+// apply.
+//go:debug multipathtcp=0
+
 // Command calico-node is Project Calico's container networking in one
 // binary. What it does depends on the name it was started under:
 //
@@ -16,12 +22,13 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/projectcalico/calico-node/cni"
+	"github.com/projectcalico/calico-node/internal/cni"
 	// As the CNI plugins, the binary first offers the command to the
 	// node's agent from this package's init, before the rest of the
 	// binary is initialised (see its doc).
-	_ "github.com/projectcalico/calico-node/cnientry"
-	"github.com/projectcalico/calico-node/ctl"
+	_ "github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/ctl"
+	"github.com/projectcalico/calico-node/internal/node"
 )
 
 func main() {
@@ -43,7 +50,7 @@ func dispatch(name string, args []string) error {
 		if len(args) > 1 && args[1] == "ctl" {
 			args = calicoctlArgs(args, 2)
 		}
-		return report(newApp().Run(args))
+		return report(node.NewApp().Run(args))
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"sort"
 
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
 // Blackholes keeps a blackhole route for every IPAM block affine to this

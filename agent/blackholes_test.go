@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
 func TestBlackholes(t *testing.T) {

@@ -11,10 +11,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/refresh"
+	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/refresh"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // RouteSink receives a producer's complete set of wanted routes.

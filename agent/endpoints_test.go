@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/felixenv"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // DefaultRefreshInterval is Felix's default routeRefreshInterval and

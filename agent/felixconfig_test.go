@@ -14,13 +14,13 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/routeproto"
+	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/netnstest"
-	"github.com/projectcalico/calico-node/routeproto"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 func TestRouteRefreshInterval(t *testing.T) {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/policy"
-	"github.com/projectcalico/calico-node/xtables"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
 )
 
 // policyKinds are the resources the compiler reads.

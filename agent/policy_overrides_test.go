@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // TestPolicyOverrides: FELIX_* settings outrank both FelixConfigurations

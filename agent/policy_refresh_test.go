@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/policy"
-	"github.com/projectcalico/calico-node/xtables"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
 )
 
 type countingApplier struct{ n atomic.Int64 }

@@ -14,8 +14,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/routeproto"
+	"github.com/projectcalico/calico-node/agent/routeproto"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // BenchmarkBGP measures what a user waits for (make bench-bgp):

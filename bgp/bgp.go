@@ -15,9 +15,9 @@ import (
 	"github.com/osrg/gobgp/v3/pkg/server"
 	"github.com/prometheus/client_golang/prometheus"
 
-	calicoapi "github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/routes"
+	calicoapi "github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // Kinds are the resource kinds the actor needs from confwatch.

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // excludeLBLabel keeps a node out of service address advertisement

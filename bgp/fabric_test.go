@@ -18,12 +18,12 @@ import (
 	"github.com/vishvananda/netns"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/proctest"
-	"github.com/projectcalico/calico-node/routeproto"
-	"github.com/projectcalico/calico-node/testbin"
+	"github.com/projectcalico/calico-node/agent/routeproto"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // The fabric: every "node" is a network namespace with one veth (eth0) into

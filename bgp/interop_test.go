@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // birdProto is the kernel route protocol BIRD installs with (RTPROT_BIRD).

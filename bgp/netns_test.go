@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/testbin"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 func poolObj(name, cidr string) *api.IPPool {

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/selector"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/selector"
 )
 
 // DefaultASNumber is the AS of nodes when neither the Node nor the default

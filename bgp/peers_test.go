@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 func node(name, ip4 string, opts ...func(*api.Node)) *api.Node {

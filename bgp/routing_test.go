@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/routes"
+	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 func ippool(name, cidr string, f func(*api.IPPoolSpec)) *api.IPPool {

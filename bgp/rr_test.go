@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // TestCalicoNodeRouteReflector: with the mesh off, one of our own nodes

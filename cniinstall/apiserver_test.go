@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // TestKubeconfigAuthenticates: the calico-kubeconfig written from a pod's

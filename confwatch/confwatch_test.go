@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // fakeSource is a hand-written datastore: lists come from a map, watch

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
 
 // Against a real etcd: the cache follows creates, updates and deletes made

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/kube"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/kube"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // Controller names, as ENABLED_CONTROLLERS spells them.

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/k8spolicy"
-	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy/k8spolicy"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 const deadline = 30 * time.Second

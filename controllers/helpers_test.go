@@ -15,12 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/kube"
-	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/kube"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // env is a Kubernetes control plane and a Calico datastore.

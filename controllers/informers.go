@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/projectcalico/calico-node/kube"
+	"github.com/projectcalico/calico-node/internal/kube"
 )
 
 // informers are the shared informers of one leadership term, one per

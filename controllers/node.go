@@ -18,9 +18,9 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/ipam"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // KubeLabelsAnnotation records, on a Calico Node, the Kubernetes node

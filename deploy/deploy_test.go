@@ -20,14 +20,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/felixenv"
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/kube"
-	"github.com/projectcalico/calico-node/kubetest"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/kube"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 const manifest = "calico-node.yaml"

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/agent"
-	"github.com/projectcalico/calico-node/api"
+	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/policy"
-	"github.com/projectcalico/calico-node/xtables"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
 
 // BenchmarkDataplane measures the policy dataplane at scale (make

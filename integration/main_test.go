@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/projectcalico/calico-node/cnientry"
-	"github.com/projectcalico/calico-node/netnstest"
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // nodeNetNSEnv marks the re-executed test process that runs inside the

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/k8spolicy"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy/k8spolicy"
 )
 
 // The pods: web in "prod" serves; client in "prod" and builder in "dev"

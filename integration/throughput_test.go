@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/api"
-	"github.com/projectcalico/calico-node/policy"
-	"github.com/projectcalico/calico-node/xtables"
+	"github.com/projectcalico/calico-node/agent/xtables"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
 )
 
 // BenchmarkDataplaneThroughput is one-stream TCP throughput (iperf3)

@@ -11,7 +11,7 @@ command -v ipset >/dev/null 2>&1 || need+=(ipset)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v bird >/dev/null 2>&1 || need+=(bird2)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
-# A real Kubernetes node for integration/kubelet (kubetest.StartNode):
+# A real Kubernetes node for integration/kubelet (internal/testkit/kubetest):
 # containerd with its CRI plugin, runc, and busybox for the test image.
 command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)

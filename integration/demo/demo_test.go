@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // demoRun is the demo binary with its own prefix, state dir and etcd

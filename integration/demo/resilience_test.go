@@ -23,9 +23,9 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/projectcalico/calico-node/datastore"
-	"github.com/projectcalico/calico-node/ipam"
-	"github.com/projectcalico/calico-node/testbin"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // rcluster drives the demo's cluster from inside the test process: the

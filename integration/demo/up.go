@@ -22,7 +22,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/projectcalico/calico-node/bgp"
-	"github.com/projectcalico/calico-node/cnientry"
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 )
 
 const (

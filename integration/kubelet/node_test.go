@@ -16,10 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/projectcalico/calico-node/etcdtest"
-	"github.com/projectcalico/calico-node/kubetest"
-	"github.com/projectcalico/calico-node/proctest"
-	"github.com/projectcalico/calico-node/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 const (

@@ -1,0 +1,264 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+)
+
+// dsFixture is one etcd with a store and an IPAM client.
+type dsFixture struct {
+	ctx   context.Context
+	store *datastore.Store
+	ipam  *ipam.Client
+}
+
+func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatalf("open datastore: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.Etcd(), store, nil)}
+}
+
+func (f *dsFixture) apply(t *testing.T, objs ...api.Object) {
+	t.Helper()
+	for _, o := range objs {
+		o.Meta().ResourceVersion = ""
+		if _, err := f.store.Apply(f.ctx, o); err != nil {
+			t.Fatalf("apply %s %s: %v", o.Type().Kind, o.Meta().Name, err)
+		}
+	}
+}
+
+func (f *dsFixture) node(t *testing.T, name string) *api.Node {
+	t.Helper()
+	o, err := f.store.Get(f.ctx, "Node", "", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.(*api.Node)
+}
+
+func (f *dsFixture) ensure(t *testing.T, name string) *api.Node {
+	t.Helper()
+	n, err := EnsureTunnelAddrs(f.ctx, f.store, f.ipam, name, nil)
+	if err != nil {
+		t.Fatalf("EnsureTunnelAddrs(%s): %v", name, err)
+	}
+	if stored := f.node(t, name); stored.ResourceVersion != n.ResourceVersion {
+		t.Fatalf("returned node rev %s, stored %s", n.ResourceVersion, stored.ResourceVersion)
+	}
+	return n
+}
+
+// holder asserts that a is allocated to handle with Calico's attributes.
+func (f *dsFixture) holder(t *testing.T, a, handle, node, typ string) {
+	t.Helper()
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		t.Fatalf("tunnel address %q: %v", a, err)
+	}
+	h, err := f.ipam.Lookup(f.ctx, ip)
+	if err != nil {
+		t.Fatalf("lookup %s: %v", a, err)
+	}
+	if h.Handle != handle || h.Attrs[ipam.AttrNode] != node || h.Attrs[ipam.AttrType] != typ {
+		t.Fatalf("%s held by %q attrs %v, want %s node=%s type=%s", a, h.Handle, h.Attrs, handle, node, typ)
+	}
+	held, err := f.ipam.IPsByHandle(f.ctx, handle)
+	if err != nil || len(held) != 1 || held[0] != ip {
+		t.Fatalf("handle %s holds %v (%v), want exactly %s", handle, held, err, a)
+	}
+}
+
+func (f *dsFixture) free(t *testing.T, a string) {
+	t.Helper()
+	if _, err := f.ipam.Lookup(f.ctx, netip.MustParseAddr(a)); !errors.Is(err, ipam.ErrNotAllocated) {
+		t.Fatalf("%s still allocated (%v)", a, err)
+	}
+}
+
+func inPool(t *testing.T, a, cidr string) {
+	t.Helper()
+	ip, err := netip.ParseAddr(a)
+	if err != nil || !netip.MustParsePrefix(cidr).Contains(ip) {
+		t.Fatalf("address %q not in %s", a, cidr)
+	}
+}
+
+func TestEnsureTunnelAddrs(t *testing.T) {
+	f := newDS(t, etcdtest.Start(t))
+	// The 003 scenario: group 1 native, group 2 overlay (VXLAN here).
+	p1 := testPool("ippool1", "10.101.0.0/16", nodeSelector(`calico == "1"`))
+	p2 := testPool("ippool2", "10.102.0.0/16", vxlanMode(api.VXLANModeAlways), nodeSelector(`calico == "2"`))
+	f.apply(t, p1, p2,
+		testNode("a1", "192.0.2.11/24", labels("calico", "1")),
+		testNode("b1", "192.0.2.21/24", labels("calico", "2")))
+
+	// Only the selected node gets a VXLAN address, from the overlay pool,
+	// with a locally administered unicast MAC.
+	a1 := f.ensure(t, "a1")
+	if a1.Spec.IPv4VXLANTunnelAddr != "" || a1.Spec.VXLANTunnelMACAddr != "" {
+		t.Fatalf("a1 got tunnel state %+v", a1.Spec)
+	}
+	b1 := f.ensure(t, "b1")
+	addr := b1.Spec.IPv4VXLANTunnelAddr
+	inPool(t, addr, "10.102.0.0/16")
+	f.holder(t, addr, "vxlan-tunnel-addr-b1", "b1", "vxlanTunnelAddress")
+	mac, err := net.ParseMAC(b1.Spec.VXLANTunnelMACAddr)
+	if err != nil || mac[0]&0x02 == 0 || mac[0]&0x01 != 0 {
+		t.Fatalf("MAC %q is not a locally administered unicast MAC", b1.Spec.VXLANTunnelMACAddr)
+	}
+	if b1.Spec.BGP == nil || b1.Spec.BGP.IPv4Address != "192.0.2.21/24" {
+		t.Fatalf("node BGP spec lost: %+v", b1.Spec.BGP)
+	}
+
+	// Nothing to do: no write at all.
+	if again := f.ensure(t, "b1"); again.ResourceVersion != b1.ResourceVersion {
+		t.Fatalf("idempotent call rewrote the node (%s -> %s)", b1.ResourceVersion, again.ResourceVersion)
+	}
+
+	// The pool stops being VXLAN: the address is released and cleared; the
+	// MAC stays.
+	p2.Spec.VXLANMode = api.VXLANModeNever
+	f.apply(t, p2)
+	b1 = f.ensure(t, "b1")
+	if b1.Spec.IPv4VXLANTunnelAddr != "" {
+		t.Fatalf("address not cleared: %q", b1.Spec.IPv4VXLANTunnelAddr)
+	}
+	f.free(t, addr)
+	if b1.Spec.VXLANTunnelMACAddr != mac.String() {
+		t.Fatalf("MAC changed to %q, want %s kept", b1.Spec.VXLANTunnelMACAddr, mac)
+	}
+
+	// A pool added later (and a pool that does not allow Tunnel use,
+	// ignored) brings it back, with the same MAC.
+	f.apply(t, testPool("workload-only", "10.103.0.0/16", vxlanMode(api.VXLANModeAlways),
+		func(s *api.IPPoolSpec) { s.AllowedUses = []api.IPPoolAllowedUse{api.IPPoolAllowedUseWorkload} }))
+	if n := f.ensure(t, "b1"); n.Spec.IPv4VXLANTunnelAddr != "" {
+		t.Fatalf("address %s from a pool that does not allow Tunnel", n.Spec.IPv4VXLANTunnelAddr)
+	}
+	f.apply(t, testPool("ippool3", "10.104.0.0/16", vxlanMode(api.VXLANModeCrossSubnet)))
+	b1 = f.ensure(t, "b1")
+	inPool(t, b1.Spec.IPv4VXLANTunnelAddr, "10.104.0.0/16")
+	if b1.Spec.VXLANTunnelMACAddr != mac.String() {
+		t.Fatalf("MAC changed to %q", b1.Spec.VXLANTunnelMACAddr)
+	}
+
+	// Someone clears the field by hand: the address the handle holds is
+	// recorded again, not a second one allocated.
+	addr = b1.Spec.IPv4VXLANTunnelAddr
+	b1.Spec.IPv4VXLANTunnelAddr = ""
+	f.apply(t, b1)
+	if n := f.ensure(t, "b1"); n.Spec.IPv4VXLANTunnelAddr != addr {
+		t.Fatalf("after hand edit: %q, want %s again", n.Spec.IPv4VXLANTunnelAddr, addr)
+	}
+	f.holder(t, addr, "vxlan-tunnel-addr-b1", "b1", "vxlanTunnelAddress")
+}
+
+func TestEnsureTunnelAddrsIPIPAndIPv6(t *testing.T) {
+	f := newDS(t, etcdtest.Start(t))
+	f.apply(t,
+		testPool("ipip", "10.110.0.0/16", ipipMode(api.IPIPModeAlways)),
+		testPool("v6", "fd00:110::/48", vxlanMode(api.VXLANModeAlways)),
+		testNode("n1", "192.0.2.11/24"))
+	n := f.ensure(t, "n1")
+	ipip := n.Spec.BGP.IPv4IPIPTunnelAddr
+	inPool(t, ipip, "10.110.0.0/16")
+	f.holder(t, ipip, "ipip-tunnel-addr-n1", "n1", "ipipTunnelAddress")
+	inPool(t, n.Spec.IPv6VXLANTunnelAddr, "fd00:110::/48")
+	f.holder(t, n.Spec.IPv6VXLANTunnelAddr, "vxlan-v6-tunnel-addr-n1", "n1", "vxlanV6TunnelAddress")
+	if _, err := net.ParseMAC(n.Spec.VXLANTunnelMACAddrV6); err != nil || n.Spec.VXLANTunnelMACAddr != "" {
+		t.Fatalf("MACs v4=%q v6=%q", n.Spec.VXLANTunnelMACAddr, n.Spec.VXLANTunnelMACAddrV6)
+	}
+
+	// Removing the IP-in-IP pool clears the field but keeps the node's
+	// address.
+	if _, err := f.store.Delete(f.ctx, "IPPool", "", "ipip", ""); err != nil {
+		t.Fatal(err)
+	}
+	n = f.ensure(t, "n1")
+	if n.Spec.BGP == nil || n.Spec.BGP.IPv4IPIPTunnelAddr != "" || n.Spec.BGP.IPv4Address != "192.0.2.11/24" {
+		t.Fatalf("BGP spec after removal: %+v", n.Spec.BGP)
+	}
+	f.free(t, ipip)
+
+	// A node with no BGP spec gets one just for the IP-in-IP address, and
+	// loses it again with the address (Calico refuses an empty one).
+	f.apply(t, testPool("ipip", "10.110.0.0/16", ipipMode(api.IPIPModeAlways)), testNode("bare", ""))
+	if n := f.ensure(t, "bare"); n.Spec.BGP == nil || n.Spec.BGP.IPv4IPIPTunnelAddr == "" {
+		t.Fatalf("bare node BGP spec %+v", n.Spec.BGP)
+	}
+	if _, err := f.store.Delete(f.ctx, "IPPool", "", "ipip", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.ensure(t, "bare"); n.Spec.BGP != nil {
+		t.Fatalf("bare node kept BGP spec %+v", n.Spec.BGP)
+	}
+}
+
+// racingStore changes the Node behind the allocator's back just before
+// its first update, so that the compare-and-swap fails once.
+type racingStore struct {
+	*datastore.Store
+	raced bool
+}
+
+func (s *racingStore) Update(ctx context.Context, obj api.Object) (api.Object, error) {
+	if !s.raced {
+		s.raced = true
+		o, err := s.Store.Get(ctx, "Node", "", obj.Meta().Name)
+		if err != nil {
+			return nil, err
+		}
+		other := o.(*api.Node)
+		other.Annotations = map[string]string{"someone": "else"}
+		if _, err := s.Store.Update(ctx, other); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Update(ctx, obj)
+}
+
+func TestEnsureTunnelAddrsRetriesLostUpdate(t *testing.T) {
+	f := newDS(t, etcdtest.Start(t))
+	f.apply(t, testPool("p", "10.120.0.0/16", vxlanMode(api.VXLANModeAlways)), testNode("n1", "192.0.2.11/24"))
+	rs := &racingStore{Store: f.store}
+	n, err := EnsureTunnelAddrs(f.ctx, rs, f.ipam, "n1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs.raced {
+		t.Fatal("the race was not staged")
+	}
+	stored := f.node(t, "n1")
+	if stored.Annotations["someone"] != "else" {
+		t.Error("the other writer's change was overwritten")
+	}
+	if stored.Spec.IPv4VXLANTunnelAddr == "" || stored.Spec.IPv4VXLANTunnelAddr != n.Spec.IPv4VXLANTunnelAddr {
+		t.Fatalf("stored address %q, returned %q", stored.Spec.IPv4VXLANTunnelAddr, n.Spec.IPv4VXLANTunnelAddr)
+	}
+	// The first attempt's allocation was reused, not leaked.
+	f.holder(t, stored.Spec.IPv4VXLANTunnelAddr, "vxlan-tunnel-addr-n1", "n1", "vxlanTunnelAddress")
+}
+
+func TestEnsureTunnelAddrsUnknownNode(t *testing.T) {
+	f := newDS(t, etcdtest.Start(t))
+	_, err := EnsureTunnelAddrs(f.ctx, f.store, f.ipam, "ghost", nil)
+	if !errors.Is(err, datastore.ErrNotFound) {
+		t.Fatalf("err = %v, want not found", err)
+	}
+}

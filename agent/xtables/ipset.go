@@ -1,0 +1,119 @@
+package xtables
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/projectcalico/calico-node/internal/policy"
+)
+
+type savedSet struct {
+	typ     string
+	members []string // sorted
+}
+
+// setPrefixes are the name prefixes of our sets of this family: the live
+// sets and the scratch set.
+func (p *Programmer) setPrefixes() []string {
+	v := fmt.Sprint(p.b.Family)
+	return []string{"cali" + v + "0", "cali" + v + "t"}
+}
+
+func (p *Programmer) ours(name string) bool {
+	for _, pre := range p.setPrefixes() {
+		if strings.HasPrefix(name, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// readSets parses `ipset save` for our sets of this family.
+func (p *Programmer) readSets(ctx context.Context) (map[string]*savedSet, error) {
+	out, err := p.r.Run(ctx, "ipset", []string{"save"}, "")
+	if err != nil {
+		return nil, fmt.Errorf("read ip sets: %w", err)
+	}
+	sets := map[string]*savedSet{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || !p.ours(f[1]) {
+			continue
+		}
+		switch f[0] {
+		case "create":
+			sets[f[1]] = &savedSet{typ: f[2]}
+		case "add":
+			if s := sets[f[1]]; s != nil {
+				s.members = append(s.members, f[2])
+			}
+		}
+	}
+	for _, s := range sets {
+		slices.Sort(s.members)
+	}
+	return sets, nil
+}
+
+func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
+	var payload strings.Builder
+	// A scratch set left by an interrupted run goes first.
+	for name := range have {
+		if strings.HasPrefix(name, p.setPrefixes()[1]) {
+			payload.WriteString("destroy " + name + "\n")
+		}
+	}
+	var changed []policy.IPSet
+	for _, s := range want {
+		cur := have[s.Name]
+		if cur != nil && cur.typ == s.Type && slices.Equal(cur.members, sortedCopy(s.Members)) {
+			continue
+		}
+		if cur != nil && cur.typ != s.Type {
+			return fmt.Errorf("ip set %s exists with type %s, want %s", s.Name, cur.typ, s.Type)
+		}
+		changed = append(changed, s)
+	}
+	payload.WriteString(policy.RenderIPSets(changed, p.MaxElem))
+	if payload.Len() == 0 {
+		return nil
+	}
+	p.ipsetRuns.Inc()
+	if _, err := p.r.Run(ctx, "ipset", []string{"restore"}, payload.String()); err != nil {
+		return fmt.Errorf("ipset restore: %w", err)
+	}
+	st.SetsWritten = len(changed)
+	return nil
+}
+
+func (p *Programmer) destroyStaleSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
+	keep := map[string]bool{}
+	for _, s := range want {
+		keep[s.Name] = true
+	}
+	var payload strings.Builder
+	n := 0
+	for name := range have {
+		if !keep[name] && !strings.HasPrefix(name, p.setPrefixes()[1]) {
+			payload.WriteString("destroy " + name + "\n")
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	p.ipsetRuns.Inc()
+	if _, err := p.r.Run(ctx, "ipset", []string{"restore"}, payload.String()); err != nil {
+		return fmt.Errorf("destroy stale ip sets: %w", err)
+	}
+	st.SetsDeleted = n
+	return nil
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}

@@ -1,0 +1,323 @@
+package xtables
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projectcalico/calico-node/internal/policy"
+)
+
+// Stats says what one Apply changed.
+type Stats struct {
+	ChainsWritten int
+	ChainsDeleted int
+	HooksFixed    int
+	SetsWritten   int
+	SetsDeleted   int
+	Restores      int // iptables-restore calls (0 or 1)
+}
+
+// Changed reports whether Apply touched the kernel at all.
+func (s Stats) Changed() bool {
+	return s.ChainsWritten+s.ChainsDeleted+s.HooksFixed+s.SetsWritten+s.SetsDeleted > 0
+}
+
+// Programmer applies one IP family's desired state.
+type Programmer struct {
+	b       Backend
+	r       Runner
+	log     *slog.Logger
+	MaxElem int // ipset maxelem; 0 = felix's default
+
+	// known is what the kernel held after our last successful Apply,
+	// so that the next one diffs without reading the kernel back (an
+	// iptables-save and ipset save of a large ruleset cost more than the
+	// change itself). nil: read the kernel on the next Apply. Invalidate
+	// and every failure reset it, so drift made by others is found on the
+	// agent's periodic resync, as with felix.
+	known *kernelState
+
+	restores     prometheus.Counter
+	restoreErrs  prometheus.Counter
+	ipsetRuns    prometheus.Counter
+	restoreTimes prometheus.Observer
+}
+
+// Metrics are shared by the programmers of both families.
+type Metrics struct {
+	Restores, RestoreErrors, IPSetRestores *prometheus.CounterVec
+	RestoreSeconds                         *prometheus.HistogramVec
+}
+
+// NewMetrics registers the programmer metrics with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "calico_iptables_restore_calls_total", Help: "iptables-restore invocations.",
+		}, []string{"family"}),
+		RestoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "calico_iptables_restore_errors_total", Help: "Failed iptables-restore invocations.",
+		}, []string{"family"}),
+		IPSetRestores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "calico_ipset_restore_calls_total", Help: "ipset restore invocations.",
+		}, []string{"family"}),
+		RestoreSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "calico_iptables_restore_seconds", Help: "Duration of iptables-restore calls.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"family"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Restores, m.RestoreErrors, m.IPSetRestores, m.RestoreSeconds)
+	}
+	return m
+}
+
+// New returns a programmer for backend b.
+func New(b Backend, r Runner, m *Metrics, logger *slog.Logger) *Programmer {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	fam := fmt.Sprint(b.Family)
+	return &Programmer{
+		b: b, r: r, log: logger.With("component", "iptables", "family", b.Family),
+		restores: m.Restores.WithLabelValues(fam), restoreErrs: m.RestoreErrors.WithLabelValues(fam),
+		ipsetRuns: m.IPSetRestores.WithLabelValues(fam), restoreTimes: m.RestoreSeconds.WithLabelValues(fam),
+	}
+}
+
+// kernelState is our view of our part of the kernel: each table as
+// iptables-save showed it (or as we then wrote it) and our ip sets.
+type kernelState struct {
+	tables map[string]savedTable
+	sets   map[string]*savedSet
+}
+
+// Invalidate makes the next Apply read the kernel instead of trusting
+// what the programmer last wrote: call it on the periodic resync.
+func (p *Programmer) Invalidate() { p.known = nil }
+
+// read loads our ip sets and the tables of f from the kernel.
+func (p *Programmer) read(ctx context.Context, f *policy.Family) (*kernelState, error) {
+	sets, err := p.readSets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := &kernelState{tables: map[string]savedTable{}, sets: sets}
+	for _, t := range f.Tables() {
+		out, err := p.r.Run(ctx, p.b.Save, []string{"-t", t.Name}, "")
+		if err != nil {
+			return nil, fmt.Errorf("read table %s: %w", t.Name, err)
+		}
+		k.tables[t.Name] = parseSave(out)
+	}
+	return k, nil
+}
+
+// Apply makes the kernel match f. On error the kernel may be partly
+// updated; the caller retries and the next Apply (which re-reads the
+// kernel) finishes the job.
+func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err error) {
+	known := p.known
+	p.known = nil // until this Apply has succeeded
+	if known == nil || !known.covers(f) {
+		if known, err = p.read(ctx, f); err != nil {
+			return st, err
+		}
+	}
+	actualSets := known.sets
+	// 1. IP sets first: new rules may reference them.
+	if err := p.writeSets(ctx, f.IPSets, actualSets, &st); err != nil {
+		return st, err
+	}
+	// 2. All tables in one iptables-restore.
+	var payload strings.Builder
+	hashes := map[string]chainHashes{}
+	for _, t := range f.Tables() {
+		hashes[t.Name] = hashChains(t)
+		payload.WriteString(diffTable(t, known.tables[t.Name], hashes[t.Name], &st))
+	}
+	if payload.Len() > 0 {
+		start := time.Now()
+		p.restores.Inc()
+		st.Restores = 1
+		if _, err := p.r.Run(ctx, p.b.Restore, []string{"--noflush", "--wait"}, payload.String()); err != nil {
+			p.restoreErrs.Inc()
+			return st, fmt.Errorf("iptables-restore: %w", err)
+		}
+		p.restoreTimes.Observe(time.Since(start).Seconds())
+	}
+	// 3. Sets nothing references any more.
+	if err := p.destroyStaleSets(ctx, f.IPSets, actualSets, &st); err != nil {
+		return st, err
+	}
+	// Chain writes and deletions are easy to account for; fixed hooks sit
+	// among other software's rules in the built-in chains, which only a
+	// fresh read shows exactly.
+	if st.HooksFixed == 0 {
+		p.known = known.after(f, hashes)
+	}
+	if st.Changed() {
+		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
+	}
+	return st, nil
+}
+
+// covers reports whether k has every table f needs.
+func (k *kernelState) covers(f *policy.Family) bool {
+	for _, t := range f.Tables() {
+		if _, ok := k.tables[t.Name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// after is k once f has been written over it without hook fixes: every
+// chain of f holds f's rules, our other chains are gone, every set of f
+// holds its members, and stale and scratch sets are gone.
+func (k *kernelState) after(f *policy.Family, hashes map[string]chainHashes) *kernelState {
+	out := &kernelState{tables: map[string]savedTable{}, sets: map[string]*savedSet{}}
+	for _, t := range f.Tables() {
+		old := k.tables[t.Name]
+		nt := savedTable{chains: map[string][]string{}, specs: old.specs}
+		for _, name := range old.order {
+			if !isOurs(name) || t.Chain(name) != nil {
+				nt.chains[name] = old.chains[name]
+				nt.order = append(nt.order, name)
+			}
+		}
+		for i := range t.Chains {
+			c := &t.Chains[i]
+			if _, ok := nt.chains[c.Name]; !ok {
+				nt.order = append(nt.order, c.Name)
+			}
+			nt.chains[c.Name] = hashes[t.Name][i]
+		}
+		out.tables[t.Name] = nt
+	}
+	for _, s := range f.IPSets {
+		out.sets[s.Name] = &savedSet{typ: s.Type, members: sortedCopy(s.Members)}
+	}
+	return out
+}
+
+// chainHashes are the rule hashes of each chain of a table, by index.
+type chainHashes [][]string
+
+// hashChains hashes every rule of t, on all CPUs: rendering and hashing
+// the rules of a large ruleset is most of the CPU time of a small change.
+func hashChains(t *policy.Table) chainHashes {
+	out := make(chainHashes, len(t.Chains))
+	workers := min(runtime.GOMAXPROCS(0), 8)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(t.Chains); i += workers {
+				out[i] = t.Chains[i].Hashes()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// diffTable renders the restore section that turns saved into t, or "".
+func diffTable(t *policy.Table, saved savedTable, hashes chainHashes, st *Stats) string {
+	var heads, body, tail []string
+	for i := range t.Chains {
+		c := &t.Chains[i]
+		have, exists := saved.chains[c.Name]
+		if exists && slices.Equal(have, hashes[i]) {
+			continue
+		}
+		heads = append(heads, ":"+c.Name+" - [0:0]")
+		body = append(body, c.Lines()...)
+		st.ChainsWritten++
+	}
+	// Hooks, per built-in chain.
+	hooks := map[string][]policy.Hook{}
+	for _, h := range t.Hooks {
+		hooks[h.Chain] = append(hooks[h.Chain], h)
+	}
+	builtins := make([]string, 0, len(hooks)+len(saved.specs))
+	for c := range hooks {
+		builtins = append(builtins, c)
+	}
+	for c := range saved.specs {
+		if _, ok := hooks[c]; !ok {
+			builtins = append(builtins, c)
+		}
+	}
+	sort.Strings(builtins)
+	for _, c := range builtins {
+		if hooksInPlace(hooks[c], saved.chains[c]) {
+			continue
+		}
+		for _, spec := range saved.specs[c] {
+			body = append(body, "-D "+c+" "+spec)
+		}
+		var ins, app []string
+		for _, h := range hooks[c] {
+			if h.Append {
+				app = append(app, h.Line())
+			} else {
+				ins = append(ins, h.Line())
+			}
+		}
+		slices.Reverse(ins) // each "-I chain 1" goes in front of the previous
+		body = append(body, ins...)
+		body = append(body, app...)
+		st.HooksFixed++
+	}
+	// Stale chains of ours: flushed by their header, deleted at the end.
+	for _, name := range saved.order {
+		if isOurs(name) && t.Chain(name) == nil {
+			heads = append(heads, ":"+name+" - [0:0]")
+			tail = append(tail, "-X "+name)
+			st.ChainsDeleted++
+		}
+	}
+	if len(heads)+len(body)+len(tail) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("*" + t.Name + "\n")
+	for _, l := range slices.Concat(heads, body, tail) {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// hooksInPlace: the insert hooks are the chain's first rules, in order, the
+// append hooks its last, and no other rule of the chain carries our hash.
+func hooksInPlace(want []policy.Hook, have []string) bool {
+	var ins, app []string
+	for _, h := range want {
+		if h.Append {
+			app = append(app, h.Hash())
+		} else {
+			ins = append(ins, h.Hash())
+		}
+	}
+	ours := 0
+	for _, h := range have {
+		if h != "" {
+			ours++
+		}
+	}
+	if ours != len(ins)+len(app) || len(have) < ours {
+		return false
+	}
+	return slices.Equal(have[:len(ins)], ins) && slices.Equal(have[len(have)-len(app):], app)
+}

@@ -1,0 +1,525 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+func cmdAdd(args *skel.CmdArgs) error {
+	return run(&host{}, NetworkPlugin, "ADD", args, (*invocation).add)
+}
+
+// podResult and vethResult carry what ADD starts in the background.
+type podResult struct {
+	info *podInfo
+	err  error
+}
+
+type vethResult struct {
+	v   *pendingVeth
+	err error
+}
+
+// add is the network plugin's ADD. In order: open the pod's namespace
+// (fail before allocating anything if it is gone), connect to etcd and look
+// for the workload's existing endpoint, allocate addresses, give the pod
+// its veth, write the WorkloadEndpoint (and the network's Profile when
+// there is no policy section), print the result. What does not depend on
+// the previous step runs beside it: the Kubernetes pod is read while etcd
+// is connected to, and the veth is created while addresses are allocated
+// (for a Kubernetes pod, already while etcd is connected to: its veth is
+// replaced whatever the datastore holds, as in Calico).
+//
+// Every step registers its undo; if a later step fails they run in
+// reverse, so a failed ADD leaves no address, veth or endpoint behind.
+func (inv *invocation) add(ctx context.Context) (err error) {
+	netns, err := openNetNS(inv.args.Netns)
+	if err != nil {
+		return err
+	}
+	defer netns.Close()
+	inv.phase("open netns")
+
+	var undo []func(context.Context)
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(undo) - 1; i >= 0; i-- {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			undo[i](uctx)
+			cancel()
+		}
+	}()
+
+	ids := newWorkloadIDs(inv)
+	var podCh chan podResult
+	if inv.k8s != nil && inv.conf.k8sAPIConfigured() {
+		podCh = make(chan podResult, 1)
+		go func() {
+			info, err := fetchPodInfo(ctx, inv.conf, inv.k8s.namespace, inv.k8s.pod)
+			podCh <- podResult{info, err}
+		}()
+	}
+	hostName := ids.hostVethName()
+	mtu := inv.conf.mtu()
+	vcfg := vethConfig{
+		hostName: hostName,
+		contName: inv.args.IfName,
+		netns:    netns,
+		mtu:      mtu,
+		allowFwd: inv.conf.ContainerSettings.AllowIPForwarding,
+		logger:   inv.logger,
+	}
+	if inv.conf.IPAMConf.Type == calicoIPAMType {
+		// The families the config asks for; annotations may still change
+		// them, which finish makes up for.
+		vcfg.want4, vcfg.want6 = inv.conf.assignV4() > 0, inv.conf.assignV6() > 0
+	}
+	// The veth, built in the background once it is safe to (vethCh
+	// delivers it); awaitVeth registers its undo.
+	var vethCh chan vethResult
+	startVeth := func() {
+		vethCh = make(chan vethResult, 1)
+		go func() {
+			v, err := createVeth(vcfg)
+			vethCh <- vethResult{v, err}
+		}()
+	}
+	var veth *pendingVeth
+	awaitVeth := func() error {
+		if vethCh == nil {
+			return nil
+		}
+		r := <-vethCh
+		vethCh = nil
+		if r.err != nil {
+			return r.err
+		}
+		veth = r.v
+		undo = append(undo, func(context.Context) { veth.remove() })
+		return nil
+	}
+	// However ADD ends, a veth still being built is collected; on error
+	// its undo (registered by awaitVeth) removes it, as this runs first.
+	defer func() {
+		if vethCh != nil {
+			if aerr := awaitVeth(); aerr != nil {
+				inv.logger.Debug("background veth failed", "err", aerr)
+			}
+		}
+		if veth != nil {
+			veth.close()
+		}
+	}()
+	if ids.orchestrator == api.OrchestratorKubernetes && inv.conf.IPAMConf.Type == calicoIPAMType {
+		startVeth()
+	}
+
+	store, err := inv.datastore(ctx)
+	if err != nil {
+		return err
+	}
+	inv.phase("connect etcd")
+	existing, err := findEndpoint(ctx, store, ids)
+	if err != nil {
+		return err
+	}
+	inv.phase("look up endpoint")
+	var pod *podInfo
+	if podCh != nil {
+		r := <-podCh
+		if r.err != nil {
+			return r.err
+		}
+		pod = r.info
+		inv.phase("read pod")
+	}
+
+	if existing != nil && ids.orchestrator == api.OrchestratorCNI {
+		return inv.addToExisting(ctx, store, existing, netns)
+	}
+	if existing != nil {
+		// A Kubernetes pod keeps the endpoint (and interface) it already
+		// has, as in Calico.
+		ids.endpoint = existing.Spec.Endpoint
+	}
+
+	// 1. Addresses, and the veth beside them.
+	var (
+		addrs  []netip.Prefix
+		routes = defaultRoutes()
+		dns    = inv.conf.DNS
+	)
+	if inv.conf.IPAMConf.Type == calicoIPAMType {
+		req := ipamRequestFromConf(inv.conf)
+		var nsLabels map[string]string
+		if pod != nil {
+			if err := req.applyAnnotations(pod); err != nil {
+				return err
+			}
+			nsLabels = pod.NSLabels
+		}
+		if len(req.ips) > 0 && existing != nil && existing.Spec.ContainerID != inv.args.ContainerID {
+			// The pod's previous sandbox still holds the requested
+			// addresses; Calico frees them for the new one.
+			if err := inv.releaseEndpointIPs(ctx, existing); err != nil {
+				return err
+			}
+		}
+		if vethCh == nil {
+			startVeth()
+		}
+		addrs, err = inv.calicoAssign(ctx, req, nsLabels)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func(ctx context.Context) {
+			if err := inv.calicoRelease(ctx, inv.args.ContainerID); err != nil {
+				inv.logger.Warn("undo: release addresses", "err", err)
+			}
+		})
+	} else {
+		if pod != nil && pod.Annotations[annotationIPAddrs] != "" {
+			return configError("annotation "+annotationIPAddrs, "needs calico-ipam, not %s", inv.conf.IPAMConf.Type)
+		}
+		res, err := inv.delegateAdd(ctx)
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func(ctx context.Context) {
+			if err := inv.delegateDel(ctx); err != nil {
+				inv.logger.Warn("undo: release addresses", "err", err)
+			}
+		})
+		addrs = hostPrefixes(res.IPs)
+		routes = delegatedRoutes(res, inv.conf.IncludeDefaultRoutes)
+		if len(res.DNS.Nameservers) > 0 || res.DNS.Domain != "" || len(res.DNS.Search) > 0 {
+			dns = res.DNS
+		}
+		vcfg.want4, vcfg.want6 = hasFamily(addrs, true), hasFamily(addrs, false)
+		startVeth()
+	}
+	inv.phase("assign addresses")
+	inv.logger.Debug("addresses assigned", "addresses", addrs)
+	if err := awaitVeth(); err != nil {
+		return err
+	}
+
+	// 2. The pod's addresses and routes.
+	if err := veth.finish(addrs, routes); err != nil {
+		return err
+	}
+	inv.phase("build veth")
+
+	// 3. The WorkloadEndpoint, and the network's profile.
+	ep, err := inv.newEndpoint(ids, pod, existing, addrs, hostName, veth.contMAC.String())
+	if err != nil {
+		return err
+	}
+	// The profile is independent of the endpoint: both writes go out at
+	// once.
+	profileDone := make(chan error, 1)
+	if slices.Contains(ep.Spec.Profiles, profileName(inv.conf.Name)) {
+		go func() { profileDone <- inv.ensureProfile(ctx, store, ids) }()
+	} else {
+		profileDone <- nil
+	}
+	created, err := writeEndpoint(ctx, store, ep, existing)
+	profileErr := <-profileDone
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		undo = append(undo, func(ctx context.Context) {
+			if _, err := store.Delete(ctx, "WorkloadEndpoint", created.Namespace, created.Name, created.ResourceVersion); err != nil && !errors.Is(err, datastore.ErrNotFound) {
+				inv.logger.Warn("undo: delete workload endpoint", "name", created.Name, "err", err)
+			}
+		})
+	}
+	if profileErr != nil {
+		return profileErr
+	}
+	inv.phase("write endpoint and profile")
+
+	// The runtime may have torn the namespace down while we worked on it
+	// through our descriptor: then nothing we built is reachable.
+	// (The agent, holding the runtime's descriptor, can check only when
+	// it sees the runtime's namespace mounts.)
+	if _, err := os.Stat(inv.sandbox()); (err == nil || inv.host.netnsName == "") && !sameNetNS(netns, inv.sandbox()) {
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s disappeared during ADD", inv.sandbox()), "")
+	}
+
+	result := &types100.Result{
+		CNIVersion: types100.ImplementedSpecVersion,
+		Interfaces: []*types100.Interface{
+			{Name: hostName, Mac: hostVethMAC().String()},
+			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.sandbox()},
+		},
+		DNS: dns,
+	}
+	has4, has6 := hasFamily(addrs, true), hasFamily(addrs, false)
+	for _, a := range addrs {
+		result.IPs = append(result.IPs, &types100.IPConfig{Interface: types100.Int(1), Address: *ipNet(a)})
+	}
+	for _, r := range routes {
+		switch {
+		case r.Addr().Is4() && has4:
+			result.Routes = append(result.Routes, &types.Route{Dst: *ipNet(r), GW: gatewayV4().AsSlice()})
+		case !r.Addr().Is4() && has6:
+			result.Routes = append(result.Routes, &types.Route{Dst: *ipNet(r), GW: gatewayV6().AsSlice()})
+		}
+	}
+	return printResult(inv.host.out(), result, inv.cniVersion())
+}
+
+// addToExisting is Calico's answer to a second ADD for a plain-CNI
+// container that already has an endpoint (the container joining another
+// network, or a new interface name): no new veth or address; the
+// endpoint gains this network's profile and the result reports the
+// endpoint's addresses.
+func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store, ep *api.WorkloadEndpoint, netns ns.NetNS) error {
+	inv.logger.Info("container already has an endpoint: reusing it", "endpoint", ep.Name)
+	profile := profileName(inv.conf.Name)
+	if !slices.Contains(ep.Spec.Profiles, profile) {
+		ep.Spec.Profiles = append(ep.Spec.Profiles, profile)
+		if _, err := writeEndpoint(ctx, store, ep, ep); err != nil {
+			return err
+		}
+	}
+	if err := inv.ensureProfile(ctx, store, newWorkloadIDs(inv)); err != nil {
+		return err
+	}
+	result := &types100.Result{
+		CNIVersion: types100.ImplementedSpecVersion,
+		Interfaces: []*types100.Interface{
+			{Name: ep.Spec.InterfaceName, Mac: hostVethMAC().String()},
+			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: inv.sandbox()},
+		},
+		DNS: inv.conf.DNS,
+	}
+	for _, n := range ep.Spec.IPNetworks {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return fmt.Errorf("workload endpoint %s: bad ipNetworks entry %q", ep.Name, n)
+		}
+		result.IPs = append(result.IPs, &types100.IPConfig{Interface: types100.Int(1), Address: *ipNet(p)})
+	}
+	return printResult(inv.host.out(), result, inv.cniVersion())
+}
+
+// releaseEndpointIPs frees the addresses an endpoint records (used when a
+// pod's ipAddrs annotation asks for the addresses its old sandbox had).
+func (inv *invocation) releaseEndpointIPs(ctx context.Context, ep *api.WorkloadEndpoint) error {
+	var ips []netip.Addr
+	for _, n := range ep.Spec.IPNetworks {
+		if p, err := netip.ParsePrefix(n); err == nil {
+			ips = append(ips, p.Addr())
+		}
+	}
+	if len(ips) == 0 {
+		return nil
+	}
+	store, err := inv.datastore(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
+	defer cancel()
+	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
+	defer unlock()
+	if _, err := ipam.New(store.Etcd(), store, inv.logger).ReleaseIPs(ctx, ips...); err != nil {
+		return ipamError(fmt.Errorf("release the old addresses of %s: %w", ep.Name, err))
+	}
+	return nil
+}
+
+// newEndpoint builds the WorkloadEndpoint exactly as Calico writes it.
+func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix, hostName, mac string) (*api.WorkloadEndpoint, error) {
+	name, err := ids.name()
+	if err != nil {
+		return nil, configError("CNI_CONTAINERID/K8S_POD_NAME", "%v", err)
+	}
+	ep := &api.WorkloadEndpoint{
+		TypeMeta:   api.TypeMeta{Kind: "WorkloadEndpoint", APIVersion: api.GroupVersion},
+		ObjectMeta: api.ObjectMeta{Name: name, Namespace: ids.namespace},
+		Spec: api.WorkloadEndpointSpec{
+			Orchestrator:  ids.orchestrator,
+			Node:          ids.node,
+			ContainerID:   ids.containerID,
+			Endpoint:      ids.endpoint,
+			InterfaceName: hostName,
+			MAC:           mac,
+		},
+	}
+	if existing != nil {
+		ep.Name = existing.Name
+		ep.ResourceVersion = existing.ResourceVersion
+		ep.UID = existing.UID
+		ep.CreationTimestamp = existing.CreationTimestamp
+	}
+	for _, a := range addrs {
+		ep.Spec.IPNetworks = append(ep.Spec.IPNetworks, a.String())
+	}
+	switch {
+	case pod != nil:
+		ep.Spec.Pod = ids.pod
+		ep.Labels = pod.endpointLabels(ids.namespace)
+		ep.GenerateName = pod.GenerateName
+		ep.Spec.ServiceAccountName = pod.ServiceAccount
+		ep.Spec.Ports = pod.Ports
+		ep.Spec.Profiles = pod.profiles(ids.namespace)
+		prefixes, err := pod.allowedSourcePrefixes()
+		if err != nil {
+			return nil, err
+		}
+		ep.Spec.AllowSpoofedSourcePrefixes = prefixes
+	default:
+		if ids.orchestrator == api.OrchestratorKubernetes {
+			ep.Spec.Pod = ids.pod
+		}
+		ep.Labels = map[string]string{
+			api.LabelNamespace:    ids.namespace,
+			api.LabelOrchestrator: ids.orchestrator,
+		}
+		ep.Spec.Profiles = []string{profileName(inv.conf.Name)}
+	}
+	return ep, nil
+}
+
+// writeEndpoint creates the endpoint, or updates the one the workload
+// already has (a Kubernetes pod's new sandbox), conditional on the
+// revision read.
+func writeEndpoint(ctx context.Context, store *datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	defer cancel()
+	if existing != nil {
+		out, err := store.Update(ctx, ep)
+		if err != nil {
+			return nil, writeError("update workload endpoint "+ep.Name, err)
+		}
+		return out.(*api.WorkloadEndpoint), nil
+	}
+	out, err := store.Create(ctx, ep)
+	if err != nil {
+		return nil, writeError("create workload endpoint "+ep.Name, err)
+	}
+	return out.(*api.WorkloadEndpoint), nil
+}
+
+// writeError classifies a failed datastore write: losing a race to
+// another writer is worth retrying, an invalid object is a configuration
+// problem.
+func writeError(what string, err error) error {
+	var verr api.ValidationError
+	switch {
+	case errors.Is(err, datastore.ErrConflict), errors.Is(err, datastore.ErrAlreadyExists):
+		return types.NewError(types.ErrTryAgainLater, what+": "+err.Error(), "")
+	case errors.As(err, &verr):
+		return types.NewError(types.ErrInvalidNetworkConfig, what+": "+err.Error(), "")
+	}
+	return datastoreError(fmt.Errorf("%s: %w", what, err))
+}
+
+// profileName is the profile a network without a policy section puts its
+// endpoints in: the network name, as in Calico. Calico resource names are
+// lower-case DNS names; a network name such as "any_name" is mapped onto
+// one ("any-name") so that its endpoints stay valid.
+func profileName(network string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(network) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return strings.Trim(b.String(), "-.")
+}
+
+// ensureProfile creates the profile named after the network, which
+// endpoints get when their policy does not come from Kubernetes, when the
+// config has no policy section, as Calico does: egress open, ingress from the network's
+// own endpoints (from anywhere for Kubernetes pods), and the network name
+// as a label on every member. An existing profile is never changed.
+func (inv *invocation) ensureProfile(ctx context.Context, store *datastore.Store, ids workloadIDs) error {
+	if inv.conf.Policy.Type != "" {
+		return nil
+	}
+	name := profileName(inv.conf.Name)
+	ingress := api.Rule{Action: api.Allow}
+	if ids.orchestrator != api.OrchestratorKubernetes {
+		ingress.Source.Selector = "has(" + name + ")"
+	}
+	profile := &api.Profile{
+		TypeMeta:   api.TypeMeta{Kind: "Profile", APIVersion: api.GroupVersion},
+		ObjectMeta: api.ObjectMeta{Name: name},
+		Spec: api.ProfileSpec{
+			Ingress:       []api.Rule{ingress},
+			Egress:        []api.Rule{{Action: api.Allow}},
+			LabelsToApply: map[string]string{name: ""},
+		},
+	}
+	// One conditional create: an existing profile is left as it is.
+	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	defer cancel()
+	if _, err := store.Create(ctx, profile); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
+		return writeError("create profile "+name, err)
+	}
+	return nil
+}
+
+// openNetNS opens the pod's namespace, telling a missing one (code 3,
+// the container is gone) from a path that is no namespace (code 8).
+func openNetNS(path string) (ns.NetNS, error) {
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		var notExist ns.NSPathNotExistErr
+		if errors.As(err, &notExist) {
+			return nil, types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s does not exist", path), "")
+		}
+		return nil, types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("open netns %s: %v", path, err), "")
+	}
+	return netns, nil
+}
+
+// sameNetNS reports whether path still names the namespace we hold open.
+func sameNetNS(netns ns.NetNS, path string) bool {
+	var held, named unix.Stat_t
+	if err := unix.Fstat(int(netns.Fd()), &held); err != nil {
+		return false
+	}
+	if err := unix.Stat(path, &named); err != nil {
+		return false
+	}
+	return held.Dev == named.Dev && held.Ino == named.Ino
+}
+
+// printResult prints the result in the version the runtime asked for.
+func printResult(w io.Writer, r *types100.Result, version string) error {
+	res, err := r.GetAsVersion(version)
+	if err != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion, "print result: "+err.Error(), "")
+	}
+	if err := res.PrintTo(w); err != nil {
+		return types.NewError(types.ErrIOFailure, "print result: "+err.Error(), "")
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package cni_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+)
+
+// BenchmarkCNI measures what kubelet waits for: ADD and DEL of one pod,
+// executed through libcni as a container runtime does, for calico +
+// calico-ipam (against the real etcd binary) and, in the same run on the
+// same node, the reference ptp + host-local plugins doing the same veth
+// work. Sequentially, then with 8 pods at a time. calico runs twice: with
+// the agent's CNI server listening (as on a node running calico-node:
+// the plugin hands the command over, cnientry) and with none (the plugin
+// does all the work itself). Another row runs the same plugin code built
+// alone (testdata/cnionly): the difference to "no agent" is what starting
+// the full calico-node binary costs. The rows take turns pod by pod (chunk
+// by chunk when concurrent). It prints a latency table; run it with `make
+// bench-cni`.
+//
+// It runs its own fixed number of operations (CNI_BENCH_N, default 200)
+// whatever b.N is: percentiles need many samples of the same thing.
+func BenchmarkCNI(b *testing.B) {
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("CNI_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
+	const workers = 8
+	e := newEnv(b)
+	e.addPool("bench", "10.224.0.0/16", 26)
+	calico := e.conf("1.0.0", map[string]any{"log_level": "error"})
+	ptp := []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ptp-bench","type":"ptp","ipMasq":false,
+		"ipam":{"type":"host-local","ranges":[[{"subnet":"10.225.0.0/16"}]],"dataDir":%q}}`, e.dataDir))
+
+	type sample struct{ add, del time.Duration }
+	run := func(cni *libcni.CNIConfig, conf []byte, pods []*pod, workers int) []sample {
+		net, err := libcni.ConfFromBytes(conf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := make([]sample, len(pods))
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					t0 := time.Now()
+					if _, err := cni.AddNetwork(e.ctx, net, pods[i].rt); err != nil {
+						b.Errorf("ADD: %v", err)
+						return
+					}
+					t1 := time.Now()
+					if err := cni.DelNetwork(e.ctx, net, pods[i].rt); err != nil {
+						b.Errorf("DEL: %v", err)
+						return
+					}
+					out[i] = sample{t1.Sub(t0), time.Since(t1)}
+				}
+			}()
+		}
+		for i := range pods {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		return out
+	}
+
+	// The plugin built alone, in a CNI bin dir of its own.
+	leanDir := b.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(leanDir, "calico"), "./internal/cni/testdata/cnionly")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the plugin alone: %v\n%s", err, out)
+	}
+	if err := os.Symlink("calico", filepath.Join(leanDir, "calico-ipam")); err != nil {
+		b.Fatal(err)
+	}
+	lean := libcni.NewCNIConfigWithCacheDir([]string{leanDir}, filepath.Join(leanDir, "cache"), nil)
+
+	pods := make([]*pod, n)
+	for i := range pods {
+		pods[i] = newPod(b)
+	}
+	// Warm up all (page cache, etcd's first block claim).
+	run(e.cni, calico, pods[:8], 1)
+	run(lean, calico, pods[:8], 1)
+	run(e.cni, ptp, pods[:8], 1)
+
+	type row struct {
+		impl, mode string
+		s          []sample
+	}
+	// The agent's CNI server, as `calico-node run` has it on a node; the
+	// plugin processes reach it through CALICO_CNI_SOCKET, set per row.
+	startServer(b)
+	sock := os.Getenv(cnientry.SocketEnv)
+	impls := []struct {
+		name   string
+		cni    *libcni.CNIConfig
+		conf   []byte
+		socket string
+	}{
+		{"calico, agent running", e.cni, calico, sock},
+		{"calico, no agent", e.cni, calico, "none"},
+		{"same, plugin built alone", lean, calico, "none"},
+		{"ptp+host-local", e.cni, ptp, "none"},
+	}
+	var rows []row
+	for _, mode := range []struct {
+		name           string
+		workers, chunk int
+	}{{"sequential", 1, 1}, {"8-way", workers, 5 * workers}} {
+		// The implementations take turns, a chunk of pods each, so that
+		// the load of this shared machine drifting during the run hits
+		// all of them alike (one pod at a time when sequential).
+		samples := make([][]sample, len(impls))
+		for lo := 0; lo < len(pods); lo += mode.chunk {
+			chunk := pods[lo:min(lo+mode.chunk, len(pods))]
+			for i, im := range impls {
+				os.Setenv(cnientry.SocketEnv, im.socket)
+				samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
+			}
+		}
+		for i, im := range impls {
+			rows = append(rows, row{im.name, mode.name, samples[i]})
+		}
+	}
+	if b.Failed() {
+		return
+	}
+
+	// The floor: starting each binary at all (VERSION does no work).
+	floor := func(path string) time.Duration {
+		var ds []time.Duration
+		for range 50 {
+			cmd := exec.Command(path)
+			cmd.Env = []string{"CNI_COMMAND=VERSION"}
+			cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+			t0 := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%s VERSION: %v: %s", path, err, out)
+			}
+			ds = append(ds, time.Since(t0))
+		}
+		return pct(ds, 50)
+	}
+	calicoFloor := floor(filepath.Join(e.binDir, "calico"))
+	ptpFloor := floor(filepath.Join(e.binDir, "ptp"))
+
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(os.Stdout, "\nCNI ADD/DEL latency, %d pods per run, through libcni (ms)\n", n)
+	fmt.Fprintln(w, "plugins\tmode\top\tmin\tp50\tp99\t")
+	p50 := map[string]time.Duration{}
+	for _, r := range rows {
+		for _, op := range []string{"ADD", "DEL"} {
+			var ds []time.Duration
+			for _, s := range r.s {
+				if op == "ADD" {
+					ds = append(ds, s.add)
+				} else {
+					ds = append(ds, s.del)
+				}
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", r.impl, r.mode, op, ms(pct(ds, 0)), ms(pct(ds, 50)), ms(pct(ds, 99)))
+			p50[r.impl+r.mode+op] = pct(ds, 50)
+		}
+	}
+	w.Flush()
+	for _, mode := range []string{"sequential", "8-way"} {
+		for _, op := range []string{"ADD", "DEL"} {
+			ref := float64(p50["ptp+host-local"+mode+op])
+			ratio := float64(p50["calico, agent running"+mode+op]) / ref
+			direct := float64(p50["calico, no agent"+mode+op]) / ref
+			alone := float64(p50["same, plugin built alone"+mode+op]) / ref
+			fmt.Printf("p50 %s %s: calico / ptp+host-local = %.2fx with the agent running, %.2fx without (plugin built alone: %.2fx)\n", mode, op, ratio, direct, alone)
+			b.ReportMetric(ratio, mode+"-"+op+"-p50-ratio")
+			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
+		}
+	}
+	os.Setenv(cnientry.SocketEnv, "none")
+	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
+		ms(calicoFloor), ms(floor(filepath.Join(leanDir, "calico"))), ms(ptpFloor))
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if p == 0 {
+		return s[0]
+	}
+	i := (len(s)*p + 99) / 100
+	return s[min(i, len(s))-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,209 @@
+package cni_test
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+// Three nodes each run ADDs concurrently against one pool, as kubelets
+// starting pods at once do: no address is handed out twice, each node's
+// pods come from blocks affine to that node while free blocks remain,
+// borrowing happens only once the pool has no free block (and never with
+// strictAffinity), and after every DEL nothing is left allocated.
+func TestConcurrentAddsAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300 pods: not in -short")
+	}
+	e := newEnv(t)
+	// 512 addresses in 32 blocks of 16: 3 x 100 pods need 21 blocks.
+	e.addPool("shared", "10.230.0.0/23", 28)
+	const perNode = 100
+	nodes := []string{"node-a", "node-b", "node-c"}
+	confs := map[string][]byte{}
+	for _, n := range nodes {
+		// Registered nodes, so that their blocks are not reported as
+		// belonging to missing nodes.
+		node := &api.Node{TypeMeta: api.TypeMeta{Kind: "Node", APIVersion: api.GroupVersion}, ObjectMeta: api.ObjectMeta{Name: n}}
+		if _, err := e.store.Create(e.ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		ne := *e
+		ne.node = n
+		// Each node has its own lock file, like separate hosts.
+		ne.lockFile = filepath.Join(t.TempDir(), "ipam.lock")
+		confs[n] = ne.conf("1.0.0", map[string]any{"log_level": "error"})
+	}
+	type placed struct {
+		node string
+		pod  *pod
+		ip   netip.Addr
+	}
+	var (
+		mu   sync.Mutex
+		all  []placed
+		wg   sync.WaitGroup
+		errs []error
+	)
+	pods := map[string][]*pod{}
+	for _, n := range nodes {
+		for range perNode {
+			pods[n] = append(pods[n], newPod(t))
+		}
+	}
+	for _, n := range nodes {
+		for _, p := range pods[n] {
+			wg.Add(1)
+			go func(n string, p *pod) {
+				defer wg.Done()
+				res, err := e.add(confs[n], p)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s ADD %s: %w", n, p.rt.ContainerID, err))
+					return
+				}
+				if len(res.IPs) != 1 {
+					errs = append(errs, fmt.Errorf("%s: %d addresses", p.rt.ContainerID, len(res.IPs)))
+					return
+				}
+				ip, _ := netip.AddrFromSlice(res.IPs[0].Address.IP)
+				all = append(all, placed{n, p, ip.Unmap()})
+			}(n, p)
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	seen := map[netip.Addr]string{}
+	for _, pl := range all {
+		if prev, dup := seen[pl.ip]; dup {
+			t.Errorf("%s handed out twice (%s and %s)", pl.ip, prev, pl.pod.rt.ContainerID)
+		}
+		seen[pl.ip] = pl.pod.rt.ContainerID
+	}
+	if len(seen) != len(nodes)*perNode {
+		t.Fatalf("%d distinct addresses for %d pods", len(seen), len(nodes)*perNode)
+	}
+	// Enough blocks for everyone: every address is in a block affine to
+	// the node whose pod holds it.
+	report, err := e.ipam.Check(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range all {
+		allocs := report.Allocations[pl.ip.String()]
+		if len(allocs) != 1 {
+			t.Fatalf("%s: %d allocations", pl.ip, len(allocs))
+		}
+		if allocs[0].Borrowed {
+			t.Errorf("%s of %s is borrowed although free blocks remained", pl.ip, pl.node)
+		}
+	}
+	for _, n := range nodes {
+		blocks, err := e.ipam.AffineBlocks(e.ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blocks) != 7 { // ceil(100/16)
+			t.Errorf("%s claimed %d blocks, want 7", n, len(blocks))
+		}
+	}
+
+	// All DELs at once: nothing leaked.
+	for _, pl := range all {
+		wg.Add(1)
+		go func(pl placed) {
+			defer wg.Done()
+			if err := e.del(confs[pl.node], pl.pod); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("DEL %s: %w", pl.pod.rt.ContainerID, err))
+				mu.Unlock()
+			}
+		}(pl)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	report, err = e.ipam.Check(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(report.Allocations); n != 0 || report.Problems() != 0 {
+		t.Errorf("after all DELs: %d allocations, %d problems: leaked %v, handles %v, missing nodes %v", n, report.Problems(), report.Leaked(), report.LeakedHandles, report.BlocksOfMissingNodes)
+	}
+	if links := caliLinks(t); len(links) != 0 {
+		t.Errorf("host veths left: %v", links)
+	}
+	if weps := e.endpoints("default"); len(weps) != 0 {
+		t.Errorf("%d endpoints left", len(weps))
+	}
+}
+
+// With more pods than one node's share of blocks, a node borrows from
+// another's block only when the pool has no free block; with strictAffinity
+// it gets a clear error instead.
+func TestBorrowingOnlyWhenAllowed(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strictAffinity=%v", strict), func(t *testing.T) {
+			e := newEnv(t).in(t)
+			e.addPool("tiny", "10.231.0.0/27", 29) // 4 blocks of 8
+			if strict {
+				if err := e.ipam.SetConfig(e.ctx, ipam.Config{StrictAffinity: true, AutoAllocateBlocks: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// node-a takes 3 blocks (20 pods), node-b the last one (8 pods),
+			// then node-b needs a ninth address.
+			add := func(node string, n int) ([]netip.Addr, error) {
+				ne := *e
+				ne.node = node
+				conf := ne.conf("1.0.0", map[string]any{"log_level": "error"})
+				var ips []netip.Addr
+				for range n {
+					res, err := e.add(conf, newPod(t))
+					if err != nil {
+						return ips, err
+					}
+					ip, _ := netip.AddrFromSlice(res.IPs[0].Address.IP)
+					ips = append(ips, ip.Unmap())
+				}
+				return ips, nil
+			}
+			if _, err := add("node-a", 20); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := add("node-b", 8); err != nil {
+				t.Fatal(err)
+			}
+			ips, err := add("node-b", 1)
+			if strict {
+				if err == nil || !strings.Contains(err.Error(), "no free") && !strings.Contains(strings.ToLower(err.Error()), "exhausted") {
+					t.Fatalf("strict affinity: ninth address for node-b: %v %v, want a no-free-addresses error", ips, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("borrowing: %v", err)
+			}
+			report, err := e.ipam.Check(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := report.Allocations[ips[0].String()]; len(a) != 1 || !a[0].Borrowed {
+				t.Errorf("the ninth address %s should be borrowed from node-a's block: %+v", ips[0], a)
+			}
+		})
+	}
+}

@@ -1,0 +1,400 @@
+package cni
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/datastore"
+)
+
+// Server runs the CNI commands that plugin processes on this node forward
+// to the agent (see package cnientry for the protocol and why). The
+// commands run the same code as in a plugin process, with the request's
+// environment and stdin; what differs is that the etcd connection is the
+// server's, opened once per distinct etcd configuration and kept.
+//
+// The server declines, and the plugin then runs the command itself, what
+// it cannot do exactly as the plugin process would: IPAM delegated to
+// another plugin (host-local runs as a child of the plugin process, with
+// its environment), files named by the config that the agent cannot read
+// (a container's view of the host differs), unknown commands or protocol
+// versions.
+//
+// Thread safety: one goroutine per connection; the store cache is
+// guarded; commands on one node serialise on the IPAM lock file exactly
+// as plugin processes do.
+type Server struct {
+	path  string
+	log   *slog.Logger
+	netns string // cnientry.NetNSID of the agent
+
+	mu     sync.Mutex
+	stores map[string]*datastore.Store
+	kubes  map[[sha256.Size]byte]*k8sAPI
+
+	// Served and Declined count requests (tests; metrics below).
+	Served, Declined atomic.Int64
+	metrics          *prometheus.CounterVec
+}
+
+// NewServer serves on the unix socket at path (cnientry.DefaultSocket on
+// a node); reg (may be nil) gets calico_cni_server_requests_total.
+func NewServer(path string, reg prometheus.Registerer, logger *slog.Logger) *Server {
+	m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "calico_cni_server_requests_total",
+		Help: "CNI commands plugin processes handed to the agent: run here (served) or left to the plugin (declined).",
+	}, []string{"result"})
+	if reg != nil {
+		reg.MustRegister(m)
+	}
+	return &Server{path: path, log: logger.With("component", "cni-server"), metrics: m,
+		stores: map[string]*datastore.Store{}, kubes: map[[sha256.Size]byte]*k8sAPI{}}
+}
+
+// Run listens until ctx ends, then waits for the commands in flight (each
+// bounded by the plugin's own command timeout).
+func (s *Server) Run(ctx context.Context) error {
+	if s.netns = cnientry.NetNSID(); s.netns == "" {
+		return errors.New("cni server: cannot identify this network namespace (/proc/thread-self/ns/net)")
+	}
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return fmt.Errorf("cni socket directory: %w", err)
+	}
+	// Another agent on this filesystem (several nodes simulated on one
+	// host) serves here already: leave it be; plugins fall back to
+	// running commands themselves when they reach the wrong agent.
+	if c, err := net.DialTimeout("unix", s.path, time.Second); err == nil {
+		c.Close()
+		s.log.Warn("another process serves CNI commands on this socket; not serving", "socket", s.path)
+		<-ctx.Done()
+		return nil
+	}
+	// A socket left by a previous agent: nobody listens on it any more.
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale cni socket %s: %w", s.path, err)
+	}
+	// Only root may hand the agent commands (it runs them as root).
+	old := syscall.Umask(0o077)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.path, Net: "unix"})
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listen on cni socket %s: %w", s.path, err)
+	}
+	l.SetUnlinkOnClose(true)
+	s.log.Info("serving CNI commands", "socket", s.path)
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		s.closeStores()
+	}()
+	for {
+		conn, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept on cni socket: %w", err)
+		}
+		wg.Go(func() {
+			defer conn.Close()
+			s.serve(conn)
+		})
+	}
+}
+
+// serve answers one connection.
+func (s *Server) serve(conn *net.UnixConn) {
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	req, nsFile, err := readRequest(conn)
+	if nsFile != nil {
+		defer nsFile.Close()
+	}
+	if errors.Is(err, io.EOF) {
+		return // a connection test (another agent starting), not a plugin
+	}
+	// The request is ours now: a plugin that loses the connection after
+	// this byte must not run the command again itself.
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, werr := conn.Write([]byte{cnientry.Taken}); werr != nil {
+		s.log.Warn("acknowledge CNI request", "err", werr)
+		return
+	}
+	var resp cnientry.Response
+	switch {
+	case err != nil:
+		resp.Declined = err.Error()
+	default:
+		resp = s.execute(req, nsFile)
+	}
+	if resp.Declined != "" {
+		s.Declined.Add(1)
+		s.metrics.WithLabelValues("declined").Inc()
+		s.log.Debug("declined a CNI command; the plugin runs it itself", "reason", resp.Declined)
+	} else {
+		s.Served.Add(1)
+		s.metrics.WithLabelValues("served").Inc()
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		s.log.Error("encode CNI answer", "err", err)
+		return
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(b); err != nil {
+		s.log.Warn("send CNI answer", "err", err)
+	}
+}
+
+// readRequest reads the request to EOF and takes the netns descriptor
+// that came with it.
+func readRequest(conn *net.UnixConn) (*cnientry.Request, *os.File, error) {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read request: %w", err)
+	}
+	if n == 0 && oobn == 0 {
+		return nil, nil, io.EOF
+	}
+	var nsFile *os.File
+	if oobn > 0 {
+		msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read request: %w", err)
+		}
+		for _, m := range msgs {
+			fds, err := syscall.ParseUnixRights(&m)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				syscall.CloseOnExec(fd)
+				if nsFile == nil {
+					nsFile = os.NewFile(uintptr(fd), "netns")
+				} else {
+					syscall.Close(fd)
+				}
+			}
+		}
+	}
+	rest, err := io.ReadAll(io.LimitReader(conn, 16<<20))
+	if err != nil {
+		return nil, nsFile, fmt.Errorf("read request: %w", err)
+	}
+	var req cnientry.Request
+	if err := json.Unmarshal(append(buf[:n:n], rest...), &req); err != nil {
+		return nil, nsFile, fmt.Errorf("decode request: %w", err)
+	}
+	return &req, nsFile, nil
+}
+
+// execute runs the request's command, or declines it.
+func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.Response) {
+	if req.Version != cnientry.ProtocolVersion {
+		return cnientry.Response{Declined: fmt.Sprintf("protocol version %d, the agent speaks %d", req.Version, cnientry.ProtocolVersion)}
+	}
+	if req.HostNetNS != s.netns {
+		// The host end of the veth goes into the caller's namespace.
+		return cnientry.Response{Declined: "the plugin runs in another network namespace than the agent"}
+	}
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	var fn func(*invocation, context.Context) error
+	command := env["CNI_COMMAND"]
+	switch req.Plugin + " " + command {
+	case NetworkPlugin + " ADD":
+		fn = (*invocation).add
+	case NetworkPlugin + " DEL":
+		fn = (*invocation).del
+	case NetworkPlugin + " CHECK":
+		fn = (*invocation).check
+	case IPAMPlugin + " ADD":
+		fn = (*invocation).ipamAdd
+	case IPAMPlugin + " DEL":
+		fn = (*invocation).ipamDel
+	case IPAMPlugin + " CHECK":
+		fn = (*invocation).ipamCheck
+	default:
+		return cnientry.Response{Declined: fmt.Sprintf("%s %s is not served", req.Plugin, command)}
+	}
+	if why := s.unservable(req, env, nsFile != nil); why != "" {
+		return cnientry.Response{Declined: why}
+	}
+	args := &skel.CmdArgs{
+		ContainerID: env["CNI_CONTAINERID"],
+		IfName:      env["CNI_IFNAME"],
+		Args:        env["CNI_ARGS"],
+		Path:        env["CNI_PATH"],
+		StdinData:   req.Stdin,
+	}
+	if nsFile != nil {
+		// The descriptor names the namespace; its path in this process
+		// is the descriptor's.
+		args.Netns = fmt.Sprintf("/proc/self/fd/%d", nsFile.Fd())
+	}
+	var stdout, stderr bytes.Buffer
+	h := &host{
+		env:    func(k string) string { return env[k] },
+		stdout: &stdout,
+		logTo:  &stderr,
+		stores: s.store,
+		kube:   s.kubeClient,
+	}
+	if nsFile != nil {
+		h.netnsName = env["CNI_NETNS"]
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("CNI command panicked", "plugin", req.Plugin, "command", command, "panic", p)
+			stdout.Reset()
+			resp = cnientry.Response{ExitCode: 1, Stdout: errorJSON(types.NewError(types.ErrInternal, fmt.Sprintf("calico-node agent: %s %s failed: %v", req.Plugin, command, p), "")), Stderr: stderr.Bytes()}
+		}
+	}()
+	if err := run(h, req.Plugin, command, args, fn); err != nil {
+		stdout.Reset()
+		return cnientry.Response{ExitCode: 1, Stdout: errorJSON(err), Stderr: stderr.Bytes()}
+	}
+	return cnientry.Response{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+}
+
+// unservable says why the agent cannot run the command exactly as the
+// plugin process would, or "".
+func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS bool) string {
+	for _, k := range []string{"CNI_CONTAINERID", "CNI_PATH"} {
+		if env[k] == "" {
+			return k + " is not set" // the plugin reports it as skel does
+		}
+	}
+	if env["CNI_COMMAND"] != "DEL" && (env["CNI_IFNAME"] == "" || !haveNS) {
+		return "CNI_IFNAME or CNI_NETNS missing"
+	}
+	conf, err := parseConf(req.Stdin)
+	if err != nil {
+		return "config: " + err.Error() // the plugin reports it
+	}
+	if !slices.Contains(SupportedVersions.SupportedVersions(), conf.CNIVersion) && conf.CNIVersion != "" {
+		return "cniVersion " + conf.CNIVersion
+	}
+	if req.Plugin == NetworkPlugin && conf.IPAMConf.Type != IPAMPlugin {
+		return "IPAM is delegated to " + conf.IPAMConf.Type
+	}
+	for _, f := range []string{conf.Kubernetes.Kubeconfig, conf.EtcdCACertFile, conf.EtcdCertFile, conf.EtcdKeyFile,
+		env["ETCD_CA_CERT_FILE"], env["ETCD_CERT_FILE"], env["ETCD_KEY_FILE"],
+		conf.Policy.K8sCertificateAuthority, conf.Policy.K8sClientCertificate, conf.Policy.K8sClientKey} {
+		if f == "" {
+			continue
+		}
+		if fh, err := os.Open(f); err != nil {
+			return "the agent cannot read " + f
+		} else {
+			fh.Close()
+		}
+	}
+	return ""
+}
+
+// store returns the shared store for cfg, connecting on first use.
+func (s *Server) store(ctx context.Context, cfg datastore.Config) (*datastore.Store, error) {
+	key := strings.Join(slices.Concat(cfg.Endpoints, []string{cfg.CACertFile, cfg.CertFile, cfg.KeyFile}), "\x00")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.stores[key]; st != nil {
+		return st, nil
+	}
+	// The store outlives the invocation that opened it: it logs to the
+	// agent, not to that invocation's stderr.
+	cfg.Logger = s.log
+	st, err := datastore.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.stores[key] = st
+	return st, nil
+}
+
+// kubeClient returns the shared API client for the config's Kubernetes
+// settings and the kubeconfig file's current content (install-cni
+// rewrites the file when the token rotates: a new client then), keeping
+// its connections to the API server warm.
+func (s *Server) kubeClient(c *netConf) (*k8sAPI, error) {
+	h := sha256.New()
+	if c.Kubernetes.Kubeconfig != "" {
+		data, err := os.ReadFile(c.Kubernetes.Kubeconfig)
+		if err != nil {
+			return nil, configError("kubernetes.kubeconfig", "%v", err)
+		}
+		h.Write(data)
+	}
+	settings, _ := json.Marshal([]any{c.Kubernetes, c.Policy})
+	h.Write(settings)
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := s.kubes[key]; k != nil {
+		return k, nil
+	}
+	k, err := newK8sClient(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.kubes) >= 16 { // rotated tokens: drop the old clients
+		clear(s.kubes)
+	}
+	s.kubes[key] = k
+	return k, nil
+}
+
+func (s *Server) closeStores() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, st := range s.stores {
+		st.Close()
+		delete(s.stores, k)
+	}
+}
+
+// errorJSON is err as the CNI error JSON a plugin prints.
+func errorJSON(err error) []byte {
+	var e *types.Error
+	if !errors.As(err, &e) {
+		e = types.NewError(types.ErrInternal, err.Error(), "")
+	}
+	// As (*types.Error).Print writes it.
+	b, merr := json.MarshalIndent(e, "", "    ")
+	if merr != nil {
+		return []byte(fmt.Sprintf(`{"code":%d,"msg":%q}`, types.ErrInternal, err.Error()))
+	}
+	return b
+}

@@ -1,0 +1,261 @@
+package cni_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+)
+
+// startServer runs an agent's CNI server in this process (the test process
+// plays the node, in the node's namespace) and points the plugins libcni
+// runs at it.
+func startServer(t testing.TB) *cni.Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cnisrv") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "cni.sock")
+	srv := cni.NewServer(sock, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server did not listen")
+		}
+	}
+	t.Setenv(cnientry.SocketEnv, sock)
+	return srv
+}
+
+// TestAgentServesForwardedCommands: with an agent listening, ADD, CHECK
+// and DEL are run by the agent, and what the runtime and the pod see is
+// what the plugin process itself would have produced.
+func TestAgentServesForwardedCommands(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("served", "10.93.0.0/24", 28)
+	srv := startServer(t)
+	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			e := e.in(t)
+			conf := e.conf(v, nil)
+			p := newPod(t)
+			served := srv.Served.Load()
+			res := e.mustAdd(conf, p)
+			if len(res.IPs) != 1 || !netip.MustParsePrefix("10.93.0.0/24").Contains(netip.MustParseAddr(res.IPs[0].Address.IP.String())) {
+				t.Fatalf("ADD result IPs: %v", res.IPs)
+			}
+			// The runtime's name for the namespace, not the agent's
+			// descriptor path.
+			var sandbox string
+			for _, intf := range res.Interfaces {
+				if intf.Sandbox != "" {
+					sandbox = intf.Sandbox
+				}
+			}
+			if sandbox != p.ns.Path() {
+				t.Errorf("result sandbox %q, want %q", sandbox, p.ns.Path())
+			}
+			addr := res.IPs[0].Address.IP.String()
+			if out := ipOut(t, p, "addr", "show", "eth0"); !strings.Contains(out, addr+"/32") {
+				t.Errorf("pod eth0 lacks %s:\n%s", addr, out)
+			}
+			if out := ipOut(t, p, "route"); !strings.Contains(out, "default via 169.254.1.1") {
+				t.Errorf("pod routes:\n%s", out)
+			}
+			// The host end is in the node's namespace (this process's).
+			eps := e.endpointsOf(p.rt.ContainerID)
+			if len(eps) != 1 {
+				t.Fatalf("endpoints of %s: %d", p.rt.ContainerID, len(eps))
+			}
+			hostVeth := eps[0].Spec.InterfaceName
+			if _, err := netlink.LinkByName(hostVeth); err != nil {
+				t.Errorf("host veth %s: %v", hostVeth, err)
+			}
+			want := int64(2)
+			if v != "0.3.1" {
+				if err := e.check(conf, p); err != nil {
+					t.Errorf("CHECK: %v", err)
+				}
+				want++
+			}
+			e.mustDel(conf, p)
+			e.assertNothingLeft("k8s-pod-network", p, hostVeth)
+			if got := srv.Served.Load() - served; got != want {
+				t.Errorf("agent served %d commands, want %d", got, want)
+			}
+		})
+	}
+	if n := srv.Declined.Load(); n != 0 {
+		t.Errorf("agent declined %d commands", n)
+	}
+}
+
+// TestAgentServesErrors: a command failing in the agent fails for the
+// runtime with the plugin's own error code and message.
+func TestAgentServesErrors(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("errs", "10.94.0.0/24", 28)
+	srv := startServer(t)
+	p := newPod(t)
+	conf := e.conf("1.0.0", map[string]any{"ipam": map[string]any{"type": "calico-ipam", "ipv4_pools": []string{"10.95.0.0/24"}}})
+	_, err := e.add(conf, p)
+	code, msg := cniCode(err)
+	if code == 0 || !strings.Contains(msg, "10.95.0.0/24") {
+		t.Errorf("ADD from a pool that does not exist: code %d %q", code, msg)
+	}
+	if srv.Served.Load() != 1 {
+		t.Errorf("served %d, want the failing ADD", srv.Served.Load())
+	}
+	if links := caliLinks(t); len(links) != 0 {
+		t.Errorf("failed ADD left %v", links)
+	}
+	e.mustDel(conf, p)
+}
+
+// TestAgentDeclines: what the agent cannot run as the plugin process
+// would, the plugin runs itself, and the runtime sees no difference.
+func TestAgentDeclines(t *testing.T) {
+	e := newEnv(t)
+	srv := startServer(t)
+	p := newPod(t)
+	conf := e.conf("1.0.0", map[string]any{"ipam": e.hostLocal("10.96.7.0/24")})
+	res := e.mustAdd(conf, p)
+	if len(res.IPs) != 1 {
+		t.Fatalf("host-local ADD: %v", res.IPs)
+	}
+	e.mustDel(conf, p)
+	if srv.Served.Load() != 0 || srv.Declined.Load() != 2 {
+		t.Errorf("served %d declined %d, want 0 and 2 (host-local runs under the plugin)", srv.Served.Load(), srv.Declined.Load())
+	}
+	e.assertNothingLeft("k8s-pod-network", p, "")
+}
+
+// TestPluginWithoutAgent: a socket nobody listens on (an agent that died)
+// and a missing socket leave the plugin to run the command itself.
+func TestPluginWithoutAgent(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("noagent", "10.97.0.0/24", 28)
+	dir, err := os.MkdirTemp("", "cnisrv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close() // the file stays, nobody listens
+	for _, sock := range []string{stale, filepath.Join(dir, "missing.sock"), "none"} {
+		t.Run(filepath.Base(sock), func(t *testing.T) {
+			t.Setenv(cnientry.SocketEnv, sock)
+			e := e.in(t)
+			p := newPod(t)
+			conf := e.conf("1.0.0", nil)
+			if res := e.mustAdd(conf, p); len(res.IPs) != 1 {
+				t.Fatalf("ADD: %v", res.IPs)
+			}
+			e.mustDel(conf, p)
+			e.assertNothingLeft("k8s-pod-network", p, "")
+		})
+	}
+}
+
+// TestAgentLostMidCommand: an agent that vanishes before it has taken the
+// request (stopping with it still queued) leaves the plugin to run the
+// command itself; one that vanishes after taking it may have done part of
+// an ADD, so the runtime is told to try again (code 11) rather than the
+// plugin doing it a second time. DEL, idempotent, is then done by the
+// plugin itself.
+func TestAgentLostMidCommand(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("lost", "10.98.9.0/24", 28)
+	for _, tc := range []struct {
+		name  string
+		taken bool
+	}{{"before taking the request", false}, {"after taking the request", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := e.in(t)
+			dir, err := os.MkdirTemp("", "cnisrv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			sock := filepath.Join(dir, "cni.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, c) // the whole request, then hang up
+					if tc.taken {
+						c.Write([]byte{cnientry.Taken})
+					}
+					c.Close()
+				}
+			}()
+			t.Setenv(cnientry.SocketEnv, sock)
+			p := newPod(t)
+			conf := e.conf("1.0.0", nil)
+			res, err := e.add(conf, p)
+			if tc.taken {
+				code, msg := cniCode(err)
+				if code != types.ErrTryAgainLater || !strings.Contains(msg, "agent") {
+					t.Errorf("ADD with the agent lost: code %d %q, want 11 naming the agent", code, msg)
+				}
+			} else if err != nil || len(res.IPs) != 1 {
+				t.Errorf("ADD with the agent gone before taking it: %v %v, want the plugin to do it", res, err)
+			}
+			e.mustDel(conf, p)
+			e.assertNothingLeft("k8s-pod-network", p, "")
+		})
+	}
+}
+
+// TestServerBadSocket: a socket path the agent cannot listen on is an
+// error naming the path (the agent stops with it, as for any bad flag),
+// and nothing is left behind.
+func TestServerBadSocket(t *testing.T) {
+	dir := t.TempDir()
+	long := filepath.Join(dir, strings.Repeat("x", 120), "cni.sock") // over the 108-byte limit
+	err := cni.NewServer(long, nil, slog.New(slog.NewTextHandler(io.Discard, nil))).Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), long) {
+		t.Fatalf("Run on %s: %v, want an error naming the socket", long, err)
+	}
+	if _, err := os.Stat(long); err == nil {
+		t.Errorf("%s was created", long)
+	}
+}

@@ -1,0 +1,262 @@
+package ctl_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+)
+
+// ipamFixture sets up, through the CLI and the ipam package, a datastore
+// with one address of each kind check reports on.
+type ipamFixture struct {
+	c                      *cli
+	ctx                    context.Context
+	ipam                   *ipam.Client
+	used, leaked, goneAddr netip.Addr
+	goneBlock              netip.Prefix
+}
+
+const ipamResources = `
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool1}
+spec: {cidr: 10.60.0.0/24, blockSize: 26}
+---
+apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {name: node1}
+spec: {bgp: {ipv4Address: 127.0.0.1/8}}
+`
+
+func wepYAML(node, containerID, ip string) string {
+	return fmt.Sprintf(`apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: %[1]s-cni-%[2]s-eth0, namespace: default}
+spec: {orchestrator: cni, node: %[1]s, containerID: %[2]s, endpoint: eth0, interfaceName: cali0123456789a, ipNetworks: [%[3]s/32]}
+`, node, containerID, ip)
+}
+
+func newIPAMFixture(t *testing.T) *ipamFixture {
+	t.Helper()
+	f := &ipamFixture{c: newCLI(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	if r := f.c.run(ipamResources, "apply", "-f", "-"); r.err != nil {
+		t.Fatalf("apply: %v %s", r.err, r.stderr)
+	}
+	store, err := datastore.New(ctx, datastore.Config{Endpoints: f.c.etcd.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f.ipam = ipam.New(store.Etcd(), store, nil)
+	assign := func(node, handle string) netip.Addr {
+		v4, _, err := f.ipam.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: node,
+			Attrs: map[string]string{"namespace": "default", "pod": strings.TrimPrefix(handle, "k8s-pod-network.")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v4[0].Addr()
+	}
+	f.used = assign("node1", "k8s-pod-network.used")
+	f.leaked = assign("node1", "k8s-pod-network.leaked")
+	f.goneAddr = assign("gone", "k8s-pod-network.gonepod")
+	f.goneBlock, _ = f.goneAddr.Prefix(26)
+	for _, w := range []string{wepYAML("node1", "used", f.used.String()), wepYAML("gone", "gonepod", f.goneAddr.String())} {
+		if r := f.c.run(w, "apply", "-f", "-"); r.err != nil {
+			t.Fatalf("apply wep: %v %s", r.err, r.stderr)
+		}
+	}
+	// A handle holding nothing.
+	if _, err := store.Etcd().Put(ctx, ipam.HandleKey("k8s-pod-network.orphan"), `{"block":{},"deleted":false}`); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestIPAMShow(t *testing.T) {
+	f := newIPAMFixture(t)
+	c := f.c
+	out := c.ok("ipam", "show")
+	for _, want := range []string{
+		"+----------+--------------+-----------+------------+-----------+\n",
+		"| GROUPING |     CIDR     | IPS TOTAL | IPS IN USE | IPS FREE  |\n",
+		"| IP Pool  | 10.60.0.0/24 |       256 | 3 (1%)     | 253 (99%) |\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ipam show lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Block") {
+		t.Errorf("blocks shown without --show-blocks:\n%s", out)
+	}
+	out = c.ok("ipam", "show", "--show-blocks")
+	nodeBlock, _ := f.used.Prefix(26)
+	for _, want := range []string{
+		"| Block    | " + nodeBlock.String(), "host:node1",
+		"| Block    | " + f.goneBlock.String(), "host:gone",
+		"|        64 | 2 (3%)     | 62 (97%)  | host:node1 |", // node1's block: 2 of 64
+		"AFFINITY",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ipam show --show-blocks lacks %q:\n%s", want, out)
+		}
+	}
+	// Flags in every position calicoctl users put them.
+	for _, args := range [][]string{
+		{"ipam", "show", "--ip=" + f.used.String()},
+		{"ipam", "show", "--ip", f.used.String()},
+		{"--etcd-endpoints", c.etcd.Endpoints[0], "ipam", "show", "--ip", f.used.String()},
+	} {
+		out = c.ok(args...)
+		for _, want := range []string{"IP " + f.used.String() + " is in use", "Handle: k8s-pod-network.used", "  node: node1", "  pod: used"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v lacks %q:\n%s", args, want, out)
+			}
+		}
+	}
+	if out := c.ok("ipam", "show", "--ip=10.60.0.250"); out != "10.60.0.250 is not assigned\n" {
+		t.Errorf("free address: %q", out)
+	}
+	if stderr := c.fails("ipam", "show", "--ip=not-an-ip"); !strings.Contains(stderr, "invalid IP address") {
+		t.Errorf("bad address: %s", stderr)
+	}
+	c.ok("ipam", "configure", "--strictaffinity=true")
+	if out := c.ok("ipam", "show", "--show-configuration"); !strings.Contains(out, "| StrictAffinity     | true  |") {
+		t.Errorf("configuration:\n%s", out)
+	}
+}
+
+func TestIPAMCheckAndRelease(t *testing.T) {
+	f := newIPAMFixture(t)
+	c := f.c
+	report := filepath.Join(t.TempDir(), "report.json")
+	out := c.ok("ipam", "check", "-o", report, "--show-problem-ips")
+	for _, want := range []string{
+		"Found 2 IPAM blocks.",
+		"IPAM blocks record 3 allocations.",
+		"Found 2 workload IPs.",
+		"  " + f.leaked.String() + " leaked; attrs Main:k8s-pod-network.leaked Extra:namespace=default,node=node1,pod=leaked,timestamp=",
+		"Found 1 IPs that are allocated in IPAM but not actually in use.",
+		"  k8s-pod-network.orphan doesn't have any active IPs.",
+		"Found 1 handles with no matching IPs (and 3 handles with matches).",
+		"  block " + f.goneBlock.String() + " is affine to missing node gone.",
+		"Found 1 blocks affine to nodes that do not exist.",
+		"Check complete; found 3 problems.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ipam check lacks %q:\n%s", want, out)
+		}
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Version     string `json:"version"`
+		Allocations map[string][]struct {
+			IP     string `json:"ip"`
+			Handle string `json:"handle"`
+			InUse  bool   `json:"inUse"`
+		} `json:"allocations"`
+		LeakedHandles []struct{ ID, Revision string } `json:"leakedHandles"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, data)
+	}
+	if rep.Version == "" || len(rep.Allocations) != 3 || rep.Allocations[f.leaked.String()][0].InUse ||
+		!rep.Allocations[f.used.String()][0].InUse || len(rep.LeakedHandles) != 1 {
+		t.Errorf("report: %+v", rep)
+	}
+
+	// Release from the report: exactly the leaked address and handle.
+	out = c.ok("ipam", "release", "--from-report="+report)
+	for _, want := range []string{"Released 1 IPs successfully", "Released 1 handles; 0 skipped; 0 errors."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("release --from-report lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := f.ipam.Lookup(f.ctx, f.leaked); err == nil {
+		t.Errorf("%s still allocated", f.leaked)
+	}
+	for _, kept := range []netip.Addr{f.used, f.goneAddr} {
+		if _, err := f.ipam.Lookup(f.ctx, kept); err != nil {
+			t.Errorf("%s released: %v", kept, err)
+		}
+	}
+	// The same report again: nothing is leaked any more.
+	out = c.ok("ipam", "release", "--from-report", report)
+	if !strings.Contains(out, "Released 0 IPs successfully") || !strings.Contains(out, "1 addresses marked as leaked in the report are no longer leaked") {
+		t.Errorf("stale report:\n%s", out)
+	}
+	if out := c.ok("ipam", "check"); !strings.Contains(out, "Check complete; found 1 problems.") {
+		t.Errorf("after release, only the missing node's block is left:\n%s", out)
+	}
+
+	// A report from another calicoctl version needs --force.
+	var raw map[string]any
+	json.Unmarshal(data, &raw)
+	raw["version"] = "v3.31.0"
+	other, _ := json.Marshal(raw)
+	otherFile := filepath.Join(t.TempDir(), "calico-report.json")
+	os.WriteFile(otherFile, other, 0o644)
+	if stderr := c.fails("ipam", "release", "--from-report", otherFile); !strings.Contains(stderr, "different version") {
+		t.Errorf("version mismatch: %s", stderr)
+	}
+	c.ok("ipam", "release", "--from-report", otherFile, "--force")
+
+	// Release by address.
+	if out := c.ok("ipam", "release", "--ip="+f.used.String()); out != "Successfully released IP address "+f.used.String()+"\n" {
+		t.Errorf("release --ip: %q", out)
+	}
+	if stderr := c.fails("ipam", "release", "--ip", f.used.String()); !strings.Contains(stderr, "is not assigned") {
+		t.Errorf("releasing a free address: %s", stderr)
+	}
+	if stderr := c.fails("ipam", "release"); !strings.Contains(stderr, "--ip") {
+		t.Errorf("release without arguments: %s", stderr)
+	}
+}
+
+// Calico's own IPAM data shows through `ipam show`.
+func TestIPAMShowCalicoData(t *testing.T) {
+	c := newCLI(t)
+	kv := c.etcd.Client(t)
+	data, err := os.ReadFile("testdata/reference/calico-3.31-etcd-layout.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "#") || line == "":
+		case strings.HasPrefix(line, "/calico/"):
+			key = line
+		default:
+			if _, err := kv.Put(context.Background(), key, line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out := c.ok("ipam", "show", "--ip=10.244.166.128")
+	for _, want := range []string{"IP 10.244.166.128 is in use", "Handle: k8s-pod-network.probecontainer000", "  timestamp: 2026-11-21 22:19:32.00917435 +0000 UTC"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if out := c.ok("ipam", "show"); !strings.Contains(out, "| IP Pool  | 10.244.0.0/16 |     65536 | 1 (0%)     | 65535 (100%) |") {
+		t.Errorf("ipam show:\n%s", out)
+	}
+	if out := c.ok("ipam", "check"); !strings.Contains(out, "Check complete; found 0 problems.") {
+		t.Errorf("Calico's datastore is consistent:\n%s", out)
+	}
+}

@@ -1,0 +1,267 @@
+package ctl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/projectcalico/calico-node/controllers"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+// writeOp is one of the document-driven write verbs.
+type writeOp struct {
+	past string // "created"
+	do   func(s *session, obj api.Object) error
+}
+
+func cmdCreate(s *session) error {
+	skip := s.c.Bool("skip-exists")
+	return s.writeDocs(writeOp{past: "created", do: func(s *session, obj api.Object) error {
+		_, err := s.store.Create(s.ctx, obj)
+		if skip && errors.Is(err, datastore.ErrAlreadyExists) {
+			return nil
+		}
+		return err
+	}})
+}
+
+func cmdApply(s *session) error {
+	return s.writeDocs(writeOp{past: "applied", do: func(s *session, obj api.Object) error {
+		_, err := s.store.Apply(s.ctx, obj)
+		return err
+	}})
+}
+
+func cmdReplace(s *session) error {
+	return s.writeDocs(writeOp{past: "replaced", do: func(s *session, obj api.Object) error {
+		_, err := s.store.Update(s.ctx, obj)
+		return err
+	}})
+}
+
+// writeDocs validates every document, then writes them in order. A failed
+// write does not stop the others; every failure is reported.
+func (s *session) writeDocs(op writeOp) error {
+	docs, err := readInputs(s.c.StringSlice("filename"), s.stdin)
+	if err != nil {
+		return err
+	}
+	objs, err := prepare(docs, s.c.String("namespace"), true)
+	if err != nil {
+		return err
+	}
+	var failed []string
+	var done []api.Object
+	for _, obj := range objs {
+		if err := op.do(s, obj); err != nil {
+			failed = append(failed, err.Error())
+			continue
+		}
+		done = append(done, obj)
+	}
+	s.reportSuccess(op.past, done)
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d resources were not %s:\n  %s", len(failed), len(objs), op.past, strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// reportSuccess prints calicoctl's summary line.
+func (s *session) reportSuccess(past string, objs []api.Object) {
+	if len(objs) == 0 {
+		return
+	}
+	kind := objs[0].Type().Kind
+	for _, o := range objs[1:] {
+		if o.Type().Kind != kind {
+			kind = ""
+			break
+		}
+	}
+	if kind != "" {
+		fmt.Fprintf(s.out, "Successfully %s %d '%s' resource(s)\n", past, len(objs), kind)
+		return
+	}
+	fmt.Fprintf(s.out, "Successfully %s %d resource(s)\n", past, len(objs))
+}
+
+// ref names one resource.
+type ref struct {
+	kind      api.KindInfo
+	namespace string
+	name      string
+}
+
+func (r ref) String() string {
+	if r.namespace != "" {
+		return fmt.Sprintf("%s(%s/%s)", r.kind.Kind, r.namespace, r.name)
+	}
+	return fmt.Sprintf("%s(%s)", r.kind.Kind, r.name)
+}
+
+// refsFromArgs resolves `KIND NAME...` (names optional when allowNoName).
+func (s *session) refsFromArgs(allowNoName bool) (api.KindInfo, []ref, error) {
+	args := s.c.Args().Slice()
+	if len(args) == 0 {
+		return api.KindInfo{}, nil, errors.New("give a resource kind (and names) or -f FILE")
+	}
+	info, ok := api.LookupKind(args[0])
+	if !ok {
+		return api.KindInfo{}, nil, fmt.Errorf("unknown resource kind %q", args[0])
+	}
+	if len(args) == 1 && !allowNoName {
+		return info, nil, fmt.Errorf("give the name of the %s", info.Kind)
+	}
+	ns := ""
+	if info.Namespaced {
+		ns = s.c.String("namespace")
+		if ns == "" {
+			ns = "default"
+		}
+	}
+	var refs []ref
+	for _, n := range args[1:] {
+		refs = append(refs, ref{kind: info, namespace: ns, name: n})
+	}
+	return info, refs, nil
+}
+
+// refsFromFiles names the resources in -f files without validating their
+// specs (deleting needs only kind, namespace and name).
+func (s *session) refsFromFiles() ([]ref, error) {
+	docs, err := readInputs(s.c.StringSlice("filename"), s.stdin)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := prepare(docs, s.c.String("namespace"), false)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]ref, 0, len(objs))
+	for _, o := range objs {
+		info, _ := api.LookupKind(o.Type().Kind)
+		if o.Meta().Name == "" {
+			return nil, fmt.Errorf("a %s document has no metadata.name", info.Kind)
+		}
+		refs = append(refs, ref{kind: info, namespace: o.Meta().Namespace, name: o.Meta().Name})
+	}
+	return refs, nil
+}
+
+func cmdDelete(s *session) error {
+	var refs []ref
+	var err error
+	if len(s.c.StringSlice("filename")) > 0 {
+		if s.c.Args().Len() > 0 {
+			return errors.New("give either -f FILE or KIND NAME..., not both")
+		}
+		refs, err = s.refsFromFiles()
+	} else {
+		_, refs, err = s.refsFromArgs(false)
+	}
+	if err != nil {
+		return err
+	}
+	skip := s.c.Bool("skip-not-exists")
+	var failed []string
+	var done []api.Object
+	for _, r := range refs {
+		obj, err := s.deleteOne(r)
+		if err != nil {
+			if skip && errors.Is(err, datastore.ErrNotFound) {
+				continue
+			}
+			failed = append(failed, err.Error())
+			continue
+		}
+		done = append(done, obj)
+	}
+	s.reportSuccess("deleted", done)
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d resources were not deleted:\n  %s", len(failed), len(refs), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+func cmdGet(s *session) error {
+	format := s.c.String("output")
+	switch format {
+	case "ps", "wide", "yaml", "json", "name":
+	default:
+		return fmt.Errorf("unknown output format %q (use ps, wide, yaml, json or name)", format)
+	}
+	allNS := s.c.Bool("all-namespaces")
+	var objs []api.Object
+	single := false
+	switch {
+	case len(s.c.StringSlice("filename")) > 0:
+		refs, err := s.refsFromFiles()
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, obj)
+		}
+		single = len(objs) == 1
+	default:
+		info, refs, err := s.refsFromArgs(true)
+		if err != nil {
+			return err
+		}
+		if len(refs) == 0 {
+			ns := ""
+			if info.Namespaced && !allNS {
+				ns = s.c.String("namespace")
+				if ns == "" {
+					ns = "default"
+				}
+			}
+			objs, _, err = s.store.List(s.ctx, info.Kind, ns)
+			if err != nil {
+				return err
+			}
+			return printObjects(s.out, info.Kind, objs, format, false, allNS && info.Namespaced)
+		}
+		for _, r := range refs {
+			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, obj)
+		}
+		single = len(objs) == 1
+	}
+	kind := ""
+	if len(objs) > 0 {
+		kind = objs[0].Type().Kind
+	}
+	return printObjects(s.out, kind, objs, format, single, false)
+}
+
+// deleteOne deletes one resource. A Node takes everything of its own with
+// it (endpoints, addresses, block affinities, peers, node config), as
+// calicoctl's node deletion does; the Node goes last, so a failure half way
+// can be retried.
+func (s *session) deleteOne(r ref) (api.Object, error) {
+	if r.kind.Kind != "Node" {
+		return s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
+	}
+	node, err := s.store.Get(s.ctx, "Node", "", r.name)
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.Etcd(), s.store, quiet), r.name, quiet); err != nil {
+		return nil, fmt.Errorf("delete node %s: %w", r.name, err)
+	}
+	return node, nil
+}

@@ -1,0 +1,22 @@
+// Package internal holds every package of calico-node that the design card
+// does not name at the top level, grouped by the part of the system it
+// serves:
+//
+//	node/       the calico-node app: `run`'s actor group, start-up, IP
+//	            autodetection, health/metrics server, embedded etcd
+//	model/      the data model: api (Calico's v3 kinds, validation, the
+//	            parsed IPPool view) and selector (Calico's selector language)
+//	datastore/  where the model is stored: the etcd v3 backend
+//	ipam/       Calico's block IPAM over the datastore
+//	policy/     the pure policy compiler, its packet simulator (sim) and the
+//	            Kubernetes NetworkPolicy translation (k8spolicy)
+//	cni/        the calico and calico-ipam plugins, the agent's CNI server,
+//	            and cnientry, the plugin's hand-off to the agent
+//	ctl/        calicoctl's verbs
+//	kube/       the small Kubernetes REST client and Lease elector
+//	buildinfo/  the version stamped at build time
+//	testkit/    test harnesses; no shipped package imports them
+//
+// The dataplane's kernel parts (iptables, routes, overlays) live beside the
+// felix replacement under agent/.
+package internal

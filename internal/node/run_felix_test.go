@@ -1,0 +1,109 @@
+package node
+
+import (
+	"context"
+
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+)
+
+// TestLogLevelPrecedence: a level given by flag or environment is
+// explicit (it outranks FelixConfiguration's logSeverityScreen); without
+// one the agent starts at Info and follows the datastore.
+func TestLogLevelPrecedence(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		want     slog.Level
+		explicit bool
+		wantErr  bool
+	}{
+		{name: "nothing given", want: slog.LevelInfo},
+		{name: "flag", args: []string{"--log-level", "debug"}, want: slog.LevelDebug, explicit: true},
+		{name: "CALICO_LOG_LEVEL", env: map[string]string{"CALICO_LOG_LEVEL": "Warning"}, want: slog.LevelWarn, explicit: true},
+		{name: "FELIX_LOGSEVERITYSCREEN", env: map[string]string{"FELIX_LOGSEVERITYSCREEN": "DEBUG"}, want: slog.LevelDebug, explicit: true},
+		{name: "explicit info still outranks the datastore", env: map[string]string{"CALICO_LOG_LEVEL": "info"}, want: slog.LevelInfo, explicit: true},
+		{name: "Fatal logs errors", args: []string{"--log-level", "Fatal"}, want: slog.LevelError, explicit: true},
+		{name: "unknown", args: []string{"--log-level", "loud"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseRun(t, tc.args, tc.env)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if cfg.logLevel != tc.want || cfg.logLevelSet != tc.explicit {
+				t.Errorf("level %s (explicit %v), want %s (explicit %v)", cfg.logLevel, cfg.logLevelSet, tc.want, tc.explicit)
+			}
+		})
+	}
+}
+
+// The agent's log level follows FelixConfiguration logSeverityScreen at
+// runtime, unless a level was given explicitly.
+func TestFelixConfigLogLevelAtRuntime(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	eps := "ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints, ",")
+	follows := startAgent(t, []string{"--data-dir", t.TempDir()}, eps, "NODENAME=follows", "IP=198.51.100.21")
+	explicit := startAgent(t, []string{"--data-dir", t.TempDir()}, eps, "NODENAME=explicit", "IP=198.51.100.22", "CALICO_LOG_LEVEL=info")
+	follows.waitReady(t)
+	explicit.waitReady(t)
+	for _, a := range []*nodeProc{follows, explicit} {
+		if strings.Contains(a.logs.String(), "level=DEBUG msg=") {
+			t.Fatalf("debug lines before any logSeverityScreen:\n%s", a.logs)
+		}
+	}
+
+	store := connectStore(t, etcd.Endpoints)
+	ctx := context.Background()
+	apply := func(spec api.FelixConfigurationSpec) {
+		t.Helper()
+		fc := &api.FelixConfiguration{Spec: spec}
+		fc.Kind, fc.APIVersion, fc.Name = "FelixConfiguration", api.GroupVersion, "default"
+		if _, err := store.Apply(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLog := func(a *nodeProc, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if strings.Contains(a.logs.String(), what) {
+				return
+			}
+		}
+		t.Fatalf("no %q in the agent's log:\n%s", what, a.logs)
+	}
+
+	apply(api.FelixConfigurationSpec{LogSeverityScreen: "Debug"})
+	waitLog(follows, "level=DEBUG msg=")
+	waitLog(explicit, "logSeverityScreen ignored")
+
+	// Back to the default (Info): a later change is logged at Info, its
+	// debug line is not.
+	apply(api.FelixConfigurationSpec{RouteRefreshInterval: &api.Duration{Duration: 30 * time.Second}})
+	waitLog(follows, "interval=30s")
+	time.Sleep(200 * time.Millisecond)
+	logs := follows.logs.String()
+	_, after, _ := strings.Cut(logs, "logLevel=INFO previous=DEBUG")
+	if after == "" || strings.Contains(after, "level=DEBUG msg=") {
+		t.Errorf("debug lines after logSeverityScreen was removed:\n%s", logs)
+	}
+	if strings.Contains(explicit.logs.String(), "level=DEBUG msg=") {
+		t.Errorf("explicit CALICO_LOG_LEVEL=info overridden by the datastore:\n%s", explicit.logs)
+	}
+	for _, a := range []*nodeProc{follows, explicit} {
+		if err := a.stop(t); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}
+
+}

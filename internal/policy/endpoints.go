@@ -1,0 +1,291 @@
+package policy
+
+import (
+	"slices"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+// policyRef is a use of a policy's chain by an endpoint chain; the
+// compiler renders the chains of exactly the referenced policies.
+type policyRef struct {
+	pol     *policyInfo
+	inbound bool
+}
+
+// chainKind is which of felix's endpoint chain flavours to render.
+type chainKind int
+
+const (
+	// kindNormal: filter table; tiers, then profiles, then drop.
+	kindNormal chainKind = iota
+	// kindForward: filter table, routed traffic through a host endpoint
+	// (applyOnForward policy); no profiles, and with no such policy at
+	// all the traffic is allowed.
+	kindForward
+	// kindUntracked: raw table (doNotTrack policy); no conntrack, an
+	// allowed packet is exempted from conntrack, and a packet no policy
+	// decided returns undecided, to meet normal policy later.
+	kindUntracked
+	// kindPreDNAT: mangle table (preDNAT policy); like untracked, but
+	// tracked.
+	kindPreDNAT
+)
+
+// endpointChainSpec is what an endpoint chain is built from.
+type endpointChainSpec struct {
+	name      string
+	kind      chainKind
+	tiers     []epTier
+	profiles  []string
+	inbound   bool   // policy direction: ingress (cali-pi-) or egress (cali-po-)
+	failsafe  string // failsafe chain to jump to first (host endpoints)
+	dropEncap bool   // drop VXLAN and IPIP sent by a workload
+	// allow is what established traffic gets: ACCEPT, or RETURN with the
+	// accept bit set (mangle POSTROUTING always, mangle PREROUTING with
+	// iptablesMangleAllowAction Return).
+	allow Action
+}
+
+// tableBuild collects one table's chains and the policies (and policy
+// groups) its endpoint chains use, whose chains it then renders.
+type tableBuild struct {
+	chains []Chain
+	groups map[string]Chain
+	used   map[policyRef]bool
+}
+
+func newTableBuild() *tableBuild {
+	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}}
+}
+
+// endpointChain renders a workload or host endpoint chain as felix's
+// endpointIptablesChain does: established traffic passes, then each tier's
+// policies in order until one allows (return) or passes (next tier), the
+// tier's default action otherwise, then the profiles, then drop; with the
+// differences of each kind (see chainKind).
+func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chain {
+	m := c.marks
+	var rules []Rule
+	if spec.kind != kindUntracked {
+		allow := spec.allow
+		if allow == nil {
+			allow = Accept{}
+		}
+		established := Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}
+		if _, ok := allow.(Accept); !ok {
+			// The caller learns of the verdict from the mark.
+			rules = append(rules, Rule{Match: established, Action: SetMark{Mark: m.accept, Mask: m.accept}})
+		}
+		rules = append(rules, Rule{Match: established, Action: allow})
+		if !c.cfg.DisableConntrackInvalid {
+			rules = append(rules, Rule{Match: Match{MatchConntrack{States: "INVALID"}}, Action: c.deny()})
+		}
+	}
+	if spec.failsafe != "" {
+		rules = append(rules, Rule{Action: Jump{spec.failsafe}})
+	}
+	rules = append(rules, Rule{Action: SetMark{Mark: 0, Mask: m.accept | m.pass}})
+	if spec.dropEncap {
+		if !c.cfg.AllowVXLANFromWorkloads {
+			rules = append(rules, Rule{
+				Match:   Match{MatchProtocol{Num: 17}, MatchPorts{Dir: Dst, Ports: []PortRange{{uint16(c.cfg.VXLANPort), uint16(c.cfg.VXLANPort)}}}},
+				Action:  c.deny(),
+				Comment: []string{c.denyName() + " VXLAN encapped packets originating in workloads"},
+			})
+		}
+		if !c.cfg.AllowIPIPFromWorkloads {
+			rules = append(rules, Rule{
+				Match:   Match{MatchProtocol{Num: 4}},
+				Action:  c.deny(),
+				Comment: []string{c.denyName() + " IPinIP encapped packets originating in workloads"},
+			})
+		}
+	}
+	polPrefix := pfxPolicyOut
+	profPrefix := pfxProfileOut
+	if spec.inbound {
+		polPrefix, profPrefix = pfxPolicyIn, pfxProfileIn
+	}
+	for _, t := range spec.tiers {
+		rules = append(rules, Rule{Action: SetMark{Mark: 0, Mask: m.pass}, Comment: []string{"Start of tier " + t.name}})
+		for _, g := range groupPolicies(t.policies) {
+			var targets []string
+			if len(g) == 1 {
+				// A group of one is not worth its own chain.
+				targets = []string{policyChain(polPrefix, t.name, g[0].key)}
+				tb.used[policyRef{g[0], spec.inbound}] = true
+			} else {
+				keys := make([]string, len(g))
+				for i, p := range g {
+					keys[i] = p.key
+					tb.used[policyRef{p, spec.inbound}] = true
+				}
+				name := groupChain(spec.inbound, t.name, g[0].selectorText, keys)
+				if _, ok := tb.groups[name]; !ok {
+					tb.groups[name] = c.groupChain(name, polPrefix, t.name, g)
+				}
+				targets = []string{name}
+			}
+			for _, target := range targets {
+				rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}})
+				if spec.kind == kindUntracked {
+					// Allow means "allow, untracked": the reply will not
+					// match a conntrack entry, so it needs its own allow.
+					rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: NoTrack{}})
+				}
+				rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if policy accepted"}})
+			}
+		}
+		if (spec.kind == kindNormal || spec.kind == kindForward) && t.defaultAction != api.Pass {
+			// Untracked and preDNAT policy leaves what it did not decide
+			// to the normal policy in the filter table.
+			rules = append(rules, Rule{
+				Match:   Match{MatchMark{Mark: 0, Mask: m.pass}},
+				Action:  c.deny(),
+				Comment: []string{"End of tier " + t.name + ". " + c.denyName() + " if no policies passed packet"},
+			})
+		}
+	}
+	switch spec.kind {
+	case kindForward:
+		if len(spec.tiers) == 0 {
+			// No applyOnForward policy governs this endpoint in this
+			// direction: routed traffic is not its business.
+			rules = append(rules,
+				Rule{Action: SetMark{Mark: m.accept, Mask: m.accept}, Comment: []string{"Allow forwarded traffic by default"}},
+				Rule{Action: Return{}, Comment: []string{"Return for accepted forward traffic"}},
+			)
+		}
+	case kindNormal:
+		for _, p := range spec.profiles {
+			rules = append(rules,
+				Rule{Action: Jump{profileChain(profPrefix, p)}},
+				Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if profile accepted"}},
+			)
+		}
+		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"}})
+	}
+	return Chain{Name: spec.name, Rules: rules}
+}
+
+// policyChains renders the chains of the policies the table's endpoint
+// chains use, and its group chains.
+func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
+	var out []Chain
+	for _, g := range tb.groups {
+		out = append(out, g)
+	}
+	for r := range tb.used {
+		p := r.pol
+		if r.inbound {
+			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
+				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress")})
+		} else {
+			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
+				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress")})
+		}
+	}
+	return out
+}
+
+// groupPolicies splits a tier's policies into runs with the same selector:
+// such a run selects exactly the same endpoints, so endpoints can share one
+// chain that jumps to each policy in turn.
+func groupPolicies(pols []*policyInfo) [][]*policyInfo {
+	var groups [][]*policyInfo
+	for i, p := range pols {
+		if i > 0 && p.selectorText == pols[i-1].selectorText {
+			groups[len(groups)-1] = append(groups[len(groups)-1], p)
+			continue
+		}
+		groups = append(groups, []*policyInfo{p})
+	}
+	return groups
+}
+
+// groupChain renders a policy group chain (felix's PolicyGroupToIptablesChains):
+// jump to each policy unless an earlier one already decided, returning
+// early every five policies to keep the common case short.
+func (c *famCompiler) groupChain(name, polPrefix, tier string, pols []*policyInfo) Chain {
+	m := c.marks
+	const stride = 5
+	var rules []Rule
+	for i, p := range pols {
+		if i != 0 && i%stride == 0 {
+			rules = append(rules, Rule{
+				Match:   Match{MatchMark{Not: true, Mark: 0, Mask: m.pass | m.accept}},
+				Action:  Return{},
+				Comment: []string{"Return on verdict"},
+			})
+		}
+		var match Match
+		if i%stride != 0 {
+			match = Match{MatchMark{Mark: 0, Mask: m.pass | m.accept}}
+		}
+		rules = append(rules, Rule{Match: match, Action: Jump{policyChain(polPrefix, tier, p.key)}})
+	}
+	return Chain{Name: name, Rules: rules}
+}
+
+// dispatchChains renders the chains that send a packet to the chain of its
+// interface: a root chain with a rule per interface, except that
+// interfaces sharing the next character after the common prefix get a
+// child chain (felix's shallow prefix tree, which keeps the number of rules
+// a packet traverses low with many endpoints). Non-matching packets get
+// endRules.
+func dispatchChains(root string, ifaces []string, out bool, target func(iface string) string, endRules []Rule) []Chain {
+	ifaces = slices.Clone(ifaces)
+	slices.Sort(ifaces)
+	ifaces = slices.Compact(ifaces)
+	common := commonPrefix(ifaces)
+	var prefixes []string
+	byPrefix := map[string][]string{}
+	for _, n := range ifaces {
+		p := common
+		if len(n) > len(common) {
+			p = n[:len(common)+1]
+		}
+		if _, ok := byPrefix[p]; !ok {
+			prefixes = append(prefixes, p)
+		}
+		byPrefix[p] = append(byPrefix[p], n)
+	}
+	match := func(name string) Match { return Match{MatchIface{Out: out, Name: name}} }
+	var chains []Chain
+	var rootRules []Rule
+	for _, p := range prefixes {
+		names := byPrefix[p]
+		if len(names) == 1 {
+			rootRules = append(rootRules, Rule{Match: match(names[0]), Action: Goto{target(names[0])}})
+			continue
+		}
+		child := root + "-" + p[len(common):]
+		rootRules = append(rootRules, Rule{Match: match(p + "+"), Action: Goto{child}})
+		var rules []Rule
+		for _, n := range names {
+			rules = append(rules, Rule{Match: match(n), Action: Goto{target(n)}})
+		}
+		// A goto into the child skips the rest of the root, so the child
+		// needs the end rules too.
+		rules = append(rules, endRules...)
+		chains = append(chains, Chain{Name: child, Rules: rules})
+	}
+	rootRules = append(rootRules, endRules...)
+	return append(chains, Chain{Name: root, Rules: rootRules})
+}
+
+func commonPrefix(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	p := names[0]
+	for _, n := range names[1:] {
+		i := 0
+		for i < len(p) && i < len(n) && p[i] == n[i] {
+			i++
+		}
+		p = p[:i]
+	}
+	return p
+}

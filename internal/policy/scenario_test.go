@@ -1,0 +1,183 @@
+package policy_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/policy/sim"
+)
+
+// probe is one packet and the verdict a user expects for it.
+type probe struct {
+	name        string
+	chain       string // FORWARD, INPUT or OUTPUT
+	in, out     string
+	src, dst    string
+	proto       uint8
+	dport       uint16
+	icmpType    uint8
+	state       string
+	want        sim.Verdict
+	wantLogged  int
+	wantNAT     string // for POSTROUTING probes
+	postrouting bool
+}
+
+func runProbes(t *testing.T, s *policy.Snapshot, probes []probe) {
+	t.Helper()
+	res := policy.Compile(s)
+	checkConsistent(t, res)
+	for _, p := range probes {
+		t.Run(p.name, func(t *testing.T) {
+			src := netip.MustParseAddr(p.src)
+			f := res.V4
+			if src.Is6() {
+				f = res.V6
+			}
+			sets, err := sim.NewSets(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pkt := sim.Packet{Src: src, Dst: netip.MustParseAddr(p.dst), Proto: p.proto, SrcPort: 40000,
+				DstPort: p.dport, ICMPType: p.icmpType, State: p.state}
+			if p.postrouting {
+				got, err := sim.Traverse(f, sets, policy.TableNAT, "POSTROUTING", pkt, "", p.out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.NAT != p.wantNAT {
+					t.Errorf("NAT = %q, want %q (trace %v)", got.NAT, p.wantNAT, got.Trace)
+				}
+				return
+			}
+			got, err := sim.Traverse(f, sets, policy.TableFilter, p.chain, pkt, p.in, p.out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Verdict != p.want || got.Logged != p.wantLogged {
+				t.Errorf("verdict %v with %d logged, want %v with %d (trace %v)", got.Verdict, got.Logged, p.want, p.wantLogged, got.Trace)
+			}
+		})
+	}
+}
+
+// Interfaces and addresses of base(): web 10.65.0.1 (cali1a2b3c4d5e6),
+// db 10.65.0.2 (cali2b3c4d5e6f7), client 10.65.0.3 (cali3c4d5e6f7a8) and
+// the remote web 10.65.1.7.
+const (
+	ifWeb, ifDB, ifClient = "cali1a2b3c4d5e6", "cali2b3c4d5e6f7", "cali3c4d5e6f7a8"
+)
+
+func TestDenyByDefaultOnceSelected(t *testing.T) {
+	s := base()
+	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "db", api.NetworkPolicySpec{
+		Selector: "app == 'db'",
+		Ingress: []api.Rule{{Action: api.Allow, Protocol: proto("TCP"),
+			Source: api.EntityRule{Selector: "app == 'web'"}, Destination: api.EntityRule{Ports: ports("pg")}}},
+	}))
+	runProbes(t, s, []probe{
+		{name: "web to db on the named port", chain: "FORWARD", in: ifWeb, out: ifDB, src: "10.65.0.1", dst: "10.65.0.2", proto: 6, dport: 5432, want: sim.Accept},
+		{name: "web to db on another port", chain: "FORWARD", in: ifWeb, out: ifDB, src: "10.65.0.1", dst: "10.65.0.2", proto: 6, dport: 22, want: sim.Drop},
+		{name: "client (other namespace) to db", chain: "FORWARD", in: ifClient, out: ifDB, src: "10.65.0.3", dst: "10.65.0.2", proto: 6, dport: 5432, want: sim.Drop},
+		{name: "established reply is accepted", chain: "FORWARD", in: ifClient, out: ifDB, src: "10.65.0.3", dst: "10.65.0.2", proto: 6, dport: 5432, state: "ESTABLISHED", want: sim.Accept},
+		{name: "unselected web still uses its profile", chain: "FORWARD", in: ifClient, out: ifWeb, src: "10.65.0.3", dst: "10.65.0.1", proto: 6, dport: 22, want: sim.Accept},
+		{name: "db egress is not governed", chain: "FORWARD", in: ifDB, out: "eth0", src: "10.65.0.2", dst: "8.8.8.8", proto: 17, dport: 53, want: sim.Accept},
+		{name: "unknown workload interface", chain: "FORWARD", in: "cali0000000000", out: "eth0", src: "10.65.0.99", dst: "8.8.8.8", proto: 17, dport: 53, want: sim.Drop},
+	})
+}
+
+func TestTiersPassAndLog(t *testing.T) {
+	s := base()
+	s.Tiers = append(s.Tiers, tier("security", 100, api.Deny))
+	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("security.gate", api.GlobalNetworkPolicySpec{
+		Tier: "security", Selector: "app == 'web'",
+		Ingress: []api.Rule{
+			{Action: api.Log, Protocol: proto("TCP")},
+			{Action: api.Deny, Source: api.EntityRule{Nets: []string{"192.0.2.0/24"}}},
+			{Action: api.Pass, Source: api.EntityRule{NamespaceSelector: "team == 'red'"}},
+		},
+	}))
+	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "web", api.NetworkPolicySpec{
+		Selector: "app == 'web'",
+		Ingress:  []api.Rule{{Action: api.Allow, Protocol: proto("TCP"), Destination: api.EntityRule{Ports: ports("80")}}},
+	}))
+	runProbes(t, s, []probe{
+		{name: "passed then allowed by the default tier", chain: "FORWARD", in: ifClient, out: ifWeb, src: "10.65.0.3", dst: "10.65.0.1", proto: 6, dport: 80, want: sim.Accept, wantLogged: 1},
+		{name: "passed then denied by the default tier", chain: "FORWARD", in: ifClient, out: ifWeb, src: "10.65.0.3", dst: "10.65.0.1", proto: 6, dport: 81, want: sim.Drop, wantLogged: 1},
+		{name: "not passed: end of security tier", chain: "FORWARD", in: ifDB, out: ifWeb, src: "10.65.0.2", dst: "10.65.0.1", proto: 6, dport: 80, want: sim.Drop, wantLogged: 1},
+		{name: "denied before pass", chain: "FORWARD", in: "eth0", out: ifWeb, src: "192.0.2.5", dst: "10.65.0.1", proto: 17, dport: 80, want: sim.Drop},
+	})
+}
+
+func TestHostEndpointFailsafeStaysOpen(t *testing.T) {
+	s := base()
+	s.HostEndpoints = append(s.HostEndpoints, hep("node1-eth0", "eth0", map[string]string{"host": "node1"}, []string{"10.0.0.10"}))
+	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("deny-host", api.GlobalNetworkPolicySpec{
+		Selector: "has(host)",
+		Types:    []api.PolicyType{api.PolicyTypeIngress, api.PolicyTypeEgress},
+		Ingress:  []api.Rule{{Action: api.Deny}},
+		Egress:   []api.Rule{{Action: api.Deny}},
+	}))
+	runProbes(t, s, []probe{
+		{name: "ssh in is failsafe", chain: "INPUT", in: "eth0", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 22, want: sim.Accept},
+		{name: "kube-apiserver in is failsafe", chain: "INPUT", in: "eth0", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 6443, want: sim.Accept},
+		{name: "http in is denied", chain: "INPUT", in: "eth0", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 80, want: sim.Drop},
+		{name: "dns out is failsafe", chain: "OUTPUT", out: "eth0", src: "10.0.0.10", dst: "192.0.2.53", proto: 17, dport: 53, want: sim.Accept},
+		{name: "https out is denied", chain: "OUTPUT", out: "eth0", src: "10.0.0.10", dst: "192.0.2.1", proto: 6, dport: 443, want: sim.Drop},
+		{name: "other interfaces are not host endpoints", chain: "INPUT", in: "eth1", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 80, want: sim.Accept},
+		{name: "host to its workloads is not policed", chain: "OUTPUT", out: ifDB, src: "10.0.0.10", dst: "10.65.0.2", proto: 6, dport: 5432, want: sim.Accept},
+	})
+}
+
+func TestEndpointToHostAction(t *testing.T) {
+	for action, want := range map[string]sim.Verdict{"": sim.Drop, "DROP": sim.Drop, "ACCEPT": sim.Accept, "RETURN": sim.Accept} {
+		t.Run("action "+action, func(t *testing.T) {
+			s := base()
+			s.Config.EndpointToHostAction = action
+			s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "db-egress", api.NetworkPolicySpec{
+				Selector: "app == 'db'",
+				Egress:   []api.Rule{{Action: api.Allow, Protocol: proto("TCP")}},
+			}))
+			runProbes(t, s, []probe{
+				{name: "allowed by egress", chain: "INPUT", in: ifDB, src: "10.65.0.2", dst: "10.0.0.10", proto: 6, dport: 10250, want: want},
+				{name: "denied by egress", chain: "INPUT", in: ifDB, src: "10.65.0.2", dst: "10.0.0.10", proto: 17, dport: 53, want: sim.Drop},
+			})
+		})
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	s := base()
+	s.Config.IPv6 = true
+	s.WorkloadEndpoints = append(s.WorkloadEndpoints,
+		wep("ns1", "dual", "cali5e6f7a8b9c0", map[string]string{"app": "dual"}, []string{"10.65.0.5", "fd00:65::5"}))
+	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "dual", api.NetworkPolicySpec{
+		Selector: "app == 'dual'",
+		Ingress: []api.Rule{
+			{Action: api.Allow, Protocol: proto("ICMPv6"), ICMP: &api.ICMPFields{Type: ptr(128)}},
+			{Action: api.Allow, Protocol: proto("ICMP"), ICMP: &api.ICMPFields{Type: ptr(8)}},
+		},
+		Egress: []api.Rule{{Action: api.Deny}},
+	}))
+	runProbes(t, s, []probe{
+		{name: "echo request v6", chain: "FORWARD", in: "eth0", out: "cali5e6f7a8b9c0", src: "2001:db8::1", dst: "fd00:65::5", proto: 58, icmpType: 128, want: sim.Accept},
+		{name: "echo request v4", chain: "FORWARD", in: "eth0", out: "cali5e6f7a8b9c0", src: "192.0.2.1", dst: "10.65.0.5", proto: 1, icmpType: 8, want: sim.Accept},
+		{name: "tcp v6 denied", chain: "FORWARD", in: "eth0", out: "cali5e6f7a8b9c0", src: "2001:db8::1", dst: "fd00:65::5", proto: 6, dport: 80, want: sim.Drop},
+		{name: "neighbour solicitation to the host despite egress deny", chain: "INPUT", in: "cali5e6f7a8b9c0", src: "fd00:65::5", dst: "fe80::1", proto: 58, icmpType: 135, want: sim.Accept},
+		{name: "other traffic to the host follows egress", chain: "INPUT", in: "cali5e6f7a8b9c0", src: "fd00:65::5", dst: "fe80::1", proto: 6, dport: 80, want: sim.Drop},
+	})
+}
+
+func TestNATOutgoing(t *testing.T) {
+	s := base()
+	s.Config.IPv6 = true
+	s.IPPools = []api.IPPool{pool("nat", "10.65.0.0/16", true), pool("other", "10.66.0.0/16", false), pool("v6", "fd00:65::/64", false)}
+	runProbes(t, s, []probe{
+		{name: "pool to internet is masqueraded", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: "MASQUERADE"},
+		{name: "pool to pool is not", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "10.66.3.4", proto: 6, dport: 443, wantNAT: ""},
+		{name: "non-nat pool is not", postrouting: true, out: "eth0", src: "10.66.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: ""},
+		{name: "v6 pool without natOutgoing is not", postrouting: true, out: "eth0", src: "fd00:65::1", dst: "2001:db8::1", proto: 6, dport: 443, wantNAT: ""},
+	})
+}

@@ -1,0 +1,13 @@
+// Package testkit groups the test harnesses. They start real parts for the
+// tests (etcd, kube-apiserver, kubelet + containerd, network namespaces,
+// child processes) and own only what they create. No shipped package
+// imports them.
+//
+//	etcdtest/   real etcd servers: Debian's etcd-server, embedded, TLS
+//	kubetest/   a real kube-apiserver and kubelet node, built once from the
+//	            Go module proxy and cached (kubebins/ prebuilds them)
+//	netnstest/  private network namespaces, netlink handles in them
+//	proctest/   child processes: logs, Pdeathsig, stop by PID, metrics
+//	pkitest/    test certificate authorities and certificates
+//	testbin/    the calico-node binary the tests share (CALICO_NODE_BIN)
+package testkit

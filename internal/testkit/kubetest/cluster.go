@@ -1,0 +1,405 @@
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+)
+
+const (
+	// buildTimeout bounds a cold build inside a test process.
+	buildTimeout = 25 * time.Minute
+	// readyTimeout is how long the apiserver may take to answer /readyz;
+	// about 4 s on an idle 2-core machine, much more when several test
+	// binaries start control planes at once.
+	readyTimeout = 2 * time.Minute
+	// stopGrace is how long a component gets after SIGTERM.
+	stopGrace = 10 * time.Second
+	// startAttempts bounds retries after losing a port race.
+	startAttempts = 4
+	// kcmControllers are the controllers a test cluster needs: namespaces
+	// really disappear, every namespace gets its "default" ServiceAccount,
+	// and kube-root-ca.crt is published. Pod GC and node lifecycle stay off:
+	// they would delete or evict pods bound to nodes without a kubelet.
+	kcmControllers = "namespace-controller,serviceaccount-controller,root-ca-certificate-publisher-controller"
+)
+
+// Cluster is a running control plane.
+type Cluster struct {
+	// URL is the apiserver's base URL, https://127.0.0.1:<port>.
+	URL string
+	// Host and Port are URL's parts, as KUBERNETES_SERVICE_HOST and
+	// KUBERNETES_SERVICE_PORT would give them to a pod.
+	Host, Port string
+	// Kubeconfig is an admin kubeconfig file (group system:masters).
+	Kubeconfig string
+	// CAFile is the CA certificate that signed the serving certificate.
+	CAFile string
+	// Config is the admin client configuration; Client a clientset on it.
+	Config *rest.Config
+	Client kubernetes.Interface
+	// Kubectl is the path of the kubectl binary of the same version.
+	Kubectl string
+	// Dir holds certificates, kubeconfigs and the components' logs.
+	Dir string
+}
+
+// Option changes what Start runs.
+type Option func(*options)
+
+type options struct {
+	noKCM        bool
+	apiserverArg []string
+}
+
+// WithAPIServerArgs adds command-line flags to kube-apiserver, e.g. the
+// --kubelet-preferred-address-types a node from StartNode needs.
+func WithAPIServerArgs(args ...string) Option {
+	return func(o *options) { o.apiserverArg = append(o.apiserverArg, args...) }
+}
+
+// WithoutControllerManager starts no kube-controller-manager. Namespaces
+// then get no "default" ServiceAccount (Pods must name an existing one)
+// and deleted namespaces stay Terminating.
+func WithoutControllerManager() Option {
+	return func(o *options) { o.noKCM = true }
+}
+
+// Start runs a control plane for the test and stops it in t.Cleanup. The
+// binaries are built first if the cache lacks them.
+func Start(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	if os.Getenv("CALICO_KUBE_TESTS") == "skip" {
+		t.Skip("CALICO_KUBE_TESTS=skip: not running kube-apiserver")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	bins, err := EnsureBinaries(ctx, os.Stderr)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+
+	etcd := etcdtest.StartEmbedded(t)
+	dir := t.TempDir()
+	p, err := writePKI(dir)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	c := &Cluster{Dir: dir, CAFile: p.caCert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+
+	var api *process
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		api, err = startAPIServer(bins.APIServer, dir, p, etcd.Endpoints[0], port, o.apiserverArg)
+		if err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		t.Cleanup(api.stop)
+		c.Host, c.Port = "127.0.0.1", strconv.Itoa(port)
+		c.URL = "https://" + net.JoinHostPort(c.Host, c.Port)
+		err = waitReady(c.URL, p, api)
+		if err == nil {
+			break
+		}
+		api.stop()
+		if attempt+1 < startAttempts && strings.Contains(api.logTail(), "address already in use") {
+			continue
+		}
+		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, api.logPath, api.logTail())
+	}
+
+	if err := writeKubeconfig(c.Kubeconfig, c.URL, p.caCert, p.adminCert, p.adminKey); err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatalf("kubetest: load admin kubeconfig: %v", err)
+	}
+	// Tests create objects in bursts; client-go's default 5 QPS would
+	// make them wait for the client, not the server.
+	c.Config.QPS, c.Config.Burst = 200, 400
+	c.Client, err = kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatalf("kubetest: admin clientset: %v", err)
+	}
+
+	if !o.noKCM {
+		kcmConfig := filepath.Join(dir, "kcm.kubeconfig")
+		if err := writeKubeconfig(kcmConfig, c.URL, p.caCert, p.kcmCert, p.kcmKey); err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		kcm, err := startProcess(bins.ControllerManager, dir, "kube-controller-manager",
+			"--kubeconfig="+kcmConfig,
+			"--authentication-kubeconfig="+kcmConfig,
+			"--authorization-kubeconfig="+kcmConfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=0",
+			"--leader-elect=false",
+			"--controllers="+kcmControllers,
+			"--use-service-account-credentials=true",
+			"--root-ca-file="+p.caCert,
+			"--service-account-private-key-file="+p.saKey,
+			"--v=1",
+		)
+		if err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		t.Cleanup(kcm.stop)
+		if err := c.waitServiceAccount(context.Background(), "default", "default", readyTimeout, kcm); err != nil {
+			t.Fatalf("kubetest: %v; kube-controller-manager log %s:\n%s", err, kcm.logPath, kcm.logTail())
+		}
+	}
+	return c
+}
+
+func startAPIServer(bin, dir string, p *pki, etcdURL string, port int, extra []string) (*process, error) {
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		// No kubelets and one apiserver: nothing to reconcile the
+		// "kubernetes" service endpoints against.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + dir,
+		"--tls-cert-file=" + p.serverCert,
+		"--tls-private-key-file=" + p.serverKey,
+		"--client-ca-file=" + p.caCert,
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.saPub,
+		"--service-account-signing-key-file=" + p.saKey,
+		"--service-cluster-ip-range=10.96.0.0/12",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--v=1",
+	}
+	return startProcess(bin, dir, "kube-apiserver", append(args, extra...)...)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls /readyz with the admin certificate until it answers 200.
+func waitReady(url string, p *pki, proc *process) error {
+	caPEM, err := os.ReadFile(p.caCert)
+	if err != nil {
+		return fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cert, err := tls.LoadX509KeyPair(p.adminCert, p.adminKey)
+	if err != nil {
+		return fmt.Errorf("load admin certificate: %w", err)
+	}
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}},
+	}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case <-proc.Done():
+			return errors.New("kube-apiserver exited before it was ready")
+		default:
+		}
+		resp, err := client.Get(url + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, tail(body, 5))
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kube-apiserver at %s not ready after %s (last: %s)", url, readyTimeout, last)
+}
+
+// writeKubeconfig writes a kubeconfig with embedded certificates.
+func writeKubeconfig(path, server, caFile, certFile, keyFile string) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", caFile, err)
+	}
+	cert, err := os.ReadFile(certFile)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", certFile, err)
+	}
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", keyFile, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
+	cfg.CurrentContext = "kubetest"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// waitServiceAccount waits until namespace/name exists.
+func (c *Cluster) waitServiceAccount(ctx context.Context, namespace, name string, timeout time.Duration, kcm *process) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := c.Client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			return fmt.Errorf("service account %s/%s: %w", namespace, name, err)
+		}
+		if kcm != nil {
+			select {
+			case <-kcm.Done():
+				return errors.New("kube-controller-manager exited")
+			default:
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// CreateNamespace creates a namespace with the given labels and, when the
+// controller manager runs, waits for its "default" ServiceAccount, so Pods
+// can be created in it at once.
+func (c *Cluster) CreateNamespace(t testing.TB, name string, labels map[string]string) *corev1.Namespace {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: create namespace %s: %v", name, err)
+	}
+	if err := c.waitServiceAccount(ctx, name, "default", 30*time.Second, nil); err != nil {
+		t.Fatalf("kubetest: %v (is the controller manager running?)", err)
+	}
+	return ns
+}
+
+// Token returns a bound service-account token (the TokenRequest API, as
+// kubelet obtains the projected token of a pod) valid for ttl.
+func (c *Cluster) Token(t testing.TB, namespace, serviceAccount string, ttl time.Duration) string {
+	t.Helper()
+	secs := int64(ttl / time.Second)
+	tr, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: token for %s/%s: %v", namespace, serviceAccount, err)
+	}
+	return tr.Status.Token
+}
+
+// ForceDelete are the options of a deletion that takes effect at once.
+// Without a kubelet nobody confirms a graceful deletion of a Pod bound to
+// a node, so tests delete Pods (and namespaces holding them) with it.
+func ForceDelete() metav1.DeleteOptions {
+	zero := int64(0)
+	return metav1.DeleteOptions{GracePeriodSeconds: &zero}
+}
+
+// ConfigForToken is a client configuration that authenticates with a
+// bearer token instead of the admin certificate.
+func (c *Cluster) ConfigForToken(token string) *rest.Config {
+	return &rest.Config{
+		Host:            c.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: c.CAFile},
+		QPS:             200,
+		Burst:           400,
+	}
+}
+
+// RunKubectl runs kubectl against the cluster as admin with stdin as its
+// standard input and returns its combined output.
+func (c *Cluster) RunKubectl(stdin io.Reader, args ...string) (string, error) {
+	cmd := exec.Command(c.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	cmd.Stdin = stdin
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// process is one running control-plane component, its output in logPath.
+type process struct {
+	*proctest.Proc
+	logPath string
+}
+
+// startProcess runs bin with args, its output going to <dir>/<name>.log,
+// without the test's variables that would point it somewhere else.
+func startProcess(bin, dir, name string, args ...string) (*process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	cmd := exec.Command(bin, args...)
+	cmd.Env = proctest.EnvWithout("KUBECONFIG=", "ETCD_")
+	p, err := proctest.LaunchLogged(name, cmd, logPath)
+	if err != nil {
+		return nil, err
+	}
+	return &process{Proc: p, logPath: logPath}, nil
+}
+
+// stop ends the process by its PID: SIGTERM, SIGKILL after stopGrace.
+// Idempotent.
+func (p *process) stop() { p.Stop(stopGrace) }
+
+// logTail is the end of the component's log, for failure messages.
+func (p *process) logTail() string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	return tail(data, 25)
+}
