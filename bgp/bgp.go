@@ -77,7 +77,7 @@ type Actor struct {
 	cfg     Config
 	log     *slog.Logger
 	updates Updates
-	kv      Etcd
+	kv      IPAMStore
 	sink    RouteSink
 	rep     Reporter
 	now     func() time.Time
@@ -108,7 +108,7 @@ type metrics struct {
 // New builds the actor. updates must be a subscription to Kinds(); kv is
 // the etcd client the IPAM keys are read from; sink gets the learned
 // routes; rep, when not nil, gets readiness reports.
-func New(cfg Config, updates Updates, kv Etcd, sink RouteSink, rep Reporter) *Actor {
+func New(cfg Config, updates Updates, kv IPAMStore, sink RouteSink, rep Reporter) *Actor {
 	if cfg.ReadyThreshold == 0 {
 		cfg.ReadyThreshold = DefaultReadyThreshold
 	}

@@ -12,10 +12,9 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -40,11 +39,11 @@ type Reporter interface {
 	Report(live, ready bool, detail string)
 }
 
-// BlockWatch streams block affinities; EtcdBlocks makes one.
+// BlockWatch streams block affinities; StoreBlocks makes one.
 type BlockWatch func(ctx context.Context) <-chan ipam.BlockSnapshot
 
-// EtcdBlocks is the BlockWatch of ipam.WatchBlocks on kv.
-func EtcdBlocks(kv *clientv3.Client, logger *slog.Logger) BlockWatch {
+// StoreBlocks is the BlockWatch of ipam.WatchBlocks on kv.
+func StoreBlocks(kv datastore.KV, logger *slog.Logger) BlockWatch {
 	return func(ctx context.Context) <-chan ipam.BlockSnapshot { return ipam.WatchBlocks(ctx, kv, logger) }
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // Store is the part of the datastore tunnel address allocation uses;
-// *datastore.Store implements it.
+// datastore.Store implements it.
 type Store interface {
 	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
 	List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error)

@@ -54,7 +54,7 @@ func (inv *invocation) del(ctx context.Context) error {
 // interface. A Kubernetes endpoint is named after the pod, so a DEL for
 // one of the pod's old sandboxes must leave the endpoint of its current
 // one alone: it is deleted only when its containerID is this one's.
-func (inv *invocation) deleteEndpoint(ctx context.Context, store *datastore.Store, ids workloadIDs) error {
+func (inv *invocation) deleteEndpoint(ctx context.Context, store datastore.Store, ids workloadIDs) error {
 	name, err := ids.name()
 	if err != nil {
 		return configError("CNI_CONTAINERID/K8S_POD_NAME", "%v", err)

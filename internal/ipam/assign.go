@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
@@ -486,25 +484,13 @@ func nodeHash(node string) uint64 {
 }
 
 // txn turns the plan into its transaction: conditional on every key it
-// writes, and reading back the node's affinities if it fails.
+// writes, and reading back the node's affinities if it fails. The order is
+// the safe one for a datastore that applies writes one by one (see txn):
+// the handle's count and the new affinities, then the blocks, then the
+// stale affinities and the config.
 func (p *plan) txn() (*txn, error) {
 	e := p.env
-	t := &txn{refresh: []clientv3.Op{clientv3.OpGet(nodeAffinityPrefix(e.node), clientv3.WithPrefix())}}
-	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
-		data, err := p.blocks[key].encode()
-		if err != nil {
-			return nil, err
-		}
-		t.put(key, data)
-	}
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affPut))) {
-		t.put(key, confirmedAffinity)
-	}
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affDel))) {
-		if !slices.Contains(p.affPut, key) {
-			t.del(key)
-		}
-	}
+	t := &txn{refresh: []string{nodeAffinityPrefix(e.node)}}
 	if len(p.handleN) > 0 {
 		hkey := HandleKey(p.handleID)
 		h, err := decodeHandle(e.snap[hkey])
@@ -516,12 +502,25 @@ func (p *plan) txn() (*txn, error) {
 		}
 		t.put(hkey, mustJSON(h))
 	}
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affPut))) {
+		t.put(key, confirmedAffinity)
+	}
+	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
+		data, err := p.blocks[key].encode()
+		if err != nil {
+			return nil, err
+		}
+		t.put(key, data)
+	}
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affDel))) {
+		if !slices.Contains(p.affPut, key) {
+			t.del(key)
+		}
+	}
 	if !e.cfgExists {
 		// Calico writes its defaults on first use; do the same, without
 		// making the allocation depend on it.
-		t.ops = append(t.ops, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(configKey), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(configKey, string(mustJSON(defaultConfigValue)))}, nil))
+		t.createIfAbsent(configKey, mustJSON(defaultConfigValue))
 	}
 	return t, nil
 }
