@@ -8,6 +8,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 )
 
 // New connects to the datastore cfg names and checks that it answers.
@@ -16,6 +17,12 @@ func New(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
 	switch t := cfg.EffectiveType(); t {
 	case datastore.TypeEtcd:
 		s, err := etcd.New(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case datastore.TypeKubernetes:
+		s, err := kdd.New(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
