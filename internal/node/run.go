@@ -443,7 +443,7 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 			if err != nil {
 				return nil
 			}
-			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger}, overlay.Deps{
+			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger, FelixEnv: cfg.kube.felix.Spec}, overlay.Deps{
 				Updates: sub, Blocks: overlay.EtcdBlocks(store.Etcd(), logger),
 				Store: store, IPAM: ipam.New(store.Etcd(), store, logger),
 				Kernel: nlh, Routes: routeTable, Health: rep,
