@@ -253,9 +253,9 @@ func (c *Client) Check(ctx context.Context, liveNodes ...string) (*CheckReport, 
 	// Addresses in use but not allocated.
 	var active []netip.Prefix
 	for _, q := range parsePools(poolObjs, c.logger) {
-		if !q.disabled {
-			active = append(active, q.cidr)
-			r.Stats.ActivePools = append(r.Stats.ActivePools, q.cidr.String())
+		if !q.Disabled {
+			active = append(active, q.CIDR)
+			r.Stats.ActivePools = append(r.Stats.ActivePools, q.CIDR.String())
 		}
 	}
 	inUseIPs := slices.Collect(maps.Keys(inUse))

@@ -174,7 +174,7 @@ func retryAfter(ctx context.Context, attempt int) error {
 // the PoolSource and IPAM keys read from etcd.
 type env struct {
 	node       string
-	pools      []pool
+	pools      []api.Pool
 	res        reservations
 	nodeLabels map[string]string
 	cfg        Config

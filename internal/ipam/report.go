@@ -70,8 +70,8 @@ func (c *Client) Usage(ctx context.Context) (Report, error) {
 		return r, fmt.Errorf("ipam usage: %w", err)
 	}
 	for _, q := range pools {
-		r.Pools = append(r.Pools, PoolUsage{Name: q.name, CIDR: q.cidr, Disabled: q.disabled,
-			Size: math.Exp2(float64(q.cidr.Addr().BitLen() - q.cidr.Bits()))})
+		r.Pools = append(r.Pools, PoolUsage{Name: q.Name, CIDR: q.CIDR, Disabled: q.Disabled,
+			Size: math.Exp2(float64(q.CIDR.Addr().BitLen() - q.CIDR.Bits()))})
 	}
 	for _, b := range blocks {
 		u := BlockUsage{CIDR: b.cidr, Affinity: b.affinity(), Node: b.host(), Size: len(b.v.Allocations),

@@ -444,7 +444,7 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 			if err != nil {
 				return nil
 			}
-			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger}, overlay.Deps{
+			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger, FelixEnv: cfg.kube.felix.Spec}, overlay.Deps{
 				Updates: sub, Blocks: overlay.StoreBlocks(store.IPAM(), logger),
 				Store: store, IPAM: ipam.New(store.IPAM(), store, logger),
 				Kernel: nlh, Routes: routeTable, Health: rep,
