@@ -269,7 +269,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: hostName, Mac: hostVethMAC().String()},
+			{Name: hostName, Mac: HostVethMAC().String()},
 			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.sandbox()},
 		},
 		DNS: dns,
@@ -309,7 +309,7 @@ func (inv *invocation) addToExisting(ctx context.Context, store datastore.Store,
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: ep.Spec.InterfaceName, Mac: hostVethMAC().String()},
+			{Name: ep.Spec.InterfaceName, Mac: HostVethMAC().String()},
 			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: inv.sandbox()},
 		},
 		DNS: inv.conf.DNS,

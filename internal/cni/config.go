@@ -23,7 +23,7 @@ const (
 	defaultMTU          = 1500
 	defaultNodenameFile = "/var/lib/calico/nodename"
 	defaultMTUFile      = "/var/lib/calico/mtu"
-	defaultIPAMLockFile = "/var/run/calico/ipam.lock"
+	DefaultIPAMLockFile = "/var/run/calico/ipam.lock"
 	defaultEtcdEndpoint = "http://127.0.0.1:2379"
 	calicoIPAMType      = IPAMPlugin
 	policyTypeK8s       = "k8s"
@@ -388,7 +388,7 @@ func (c *netConf) ipamLockFile() string {
 	if c.IPAMLockFile != "" {
 		return c.IPAMLockFile
 	}
-	return defaultIPAMLockFile
+	return DefaultIPAMLockFile
 }
 
 // k8sAPIConfigured reports whether the config says how to reach the

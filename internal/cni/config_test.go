@@ -352,7 +352,7 @@ func TestPodProfilesAndLabels(t *testing.T) {
 }
 
 func TestGatewayV6IsEUI64OfHostMAC(t *testing.T) {
-	mac := hostVethMAC()
+	mac := HostVethMAC()
 	var b [16]byte
 	b[0], b[1] = 0xfe, 0x80
 	b[8], b[9], b[10] = mac[0]^0x02, mac[1], mac[2]

@@ -39,10 +39,10 @@ func defaultRoutes() []netip.Prefix {
 // network namespace of the thread that opens it.
 const procSys = "/proc/sys"
 
-// hostVethMAC is the MAC of every host-side veth, as in Calico: the kernel
+// HostVethMAC is the MAC of every host-side veth, as in Calico: the kernel
 // then never has to generate (and persist) one, and the pod sees the same
 // gateway MAC on every node.
-func hostVethMAC() net.HardwareAddr { return net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee} }
+func HostVethMAC() net.HardwareAddr { return net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee} }
 
 // vethConfig describes one pod interface.
 type vethConfig struct {
@@ -99,7 +99,7 @@ func createVeth(cfg vethConfig) (_ *pendingVeth, err error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = cfg.hostName
 	attrs.MTU = cfg.mtu
-	attrs.HardwareAddr = hostVethMAC()
+	attrs.HardwareAddr = HostVethMAC()
 	v := &pendingVeth{cfg: cfg, host: &netlink.Veth{
 		LinkAttrs:     attrs,
 		PeerName:      cfg.contName,
