@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/agent/overlay"
+	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/cniinstall"
 	ourbuild "github.com/projectcalico/calico-node/internal/buildinfo"
@@ -123,7 +124,11 @@ func (h *host) readRoutes() ([]Route, error) {
 	}
 	var out []Route
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := h.nl.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		// Only our protocol's routes are listed: a node with full BGP
+		// tables from another daemon has a million others. Make checks the
+		// protocol again; this only saves memory.
+		rs, err := h.nl.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Protocol: routeproto.Calico},
+			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 		if err != nil {
 			return nil, fmt.Errorf("list routes: %w", err)
 		}

@@ -20,7 +20,8 @@ type Observed struct {
 	Tables []Saved
 	// Sets are the names of every IP set.
 	Sets []string
-	// Routes are the routes of every table, both families.
+	// Routes are routes of every table, both families (the reader may
+	// leave out those of other protocols).
 	Routes []Route
 	// Links are every network interface.
 	Links []Link
