@@ -49,8 +49,7 @@ var (
 
 // Lock is a held lock.
 type Lock struct {
-	f    *os.File
-	path string
+	f *os.File
 }
 
 // Shared takes the agent's lock, creating the file (and its directory)
@@ -119,7 +118,7 @@ func acquire(path string, create, how int, busy error) (*Lock, error) {
 			return nil, err
 		}
 		if same {
-			return &Lock{f: f, path: path}, nil
+			return &Lock{f: f}, nil
 		}
 		f.Close()
 	}
