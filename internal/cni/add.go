@@ -459,8 +459,11 @@ func profileName(network string) string {
 // config has no policy section, as Calico does: egress open, ingress from the network's
 // own endpoints (from anywhere for Kubernetes pods), and the network name
 // as a label on every member. An existing profile is never changed.
+//
+// On the Kubernetes datastore profiles are computed from Namespaces and
+// ServiceAccounts and cannot be written; Calico's plugin writes none there.
 func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store, ids workloadIDs) error {
-	if inv.conf.Policy.Type != "" {
+	if inv.conf.Policy.Type != "" || store.Type() == datastore.TypeKubernetes {
 		return nil
 	}
 	name := profileName(inv.conf.Name)

@@ -28,7 +28,6 @@ func TestParseConfErrors(t *testing.T) {
 		{"mtu too small", `{"name":"n","mtu":10,"ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"mtu too big", `{"name":"n","mtu":70000,"ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"mtu string", `{"name":"n","mtu":"1500","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
-		{"kubernetes datastore", `{"name":"n","datastore_type":"kubernetes","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "datastore_type"},
 		{"unknown datastore", `{"name":"n","datastore_type":"etcdv2","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "datastore_type"},
 		{"no ipam", `{"name":"n"}`, types.ErrInvalidNetworkConfig, "ipam.type"},
 		{"bad etcd endpoint", `{"name":"n","etcd_endpoints":"ftp://x:1","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "etcd_endpoints"},
