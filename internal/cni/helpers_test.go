@@ -255,6 +255,23 @@ func newPod(t testing.TB, k8s ...string) *pod {
 	return &pod{ns: podNS, name: filepath.Base(podNS.Path()), rt: rt}
 }
 
+// dropPath removes the pod namespace's path, as a runtime does when it
+// tears a sandbox down, while a reference keeps the namespace itself (and
+// the veth into it) alive until the test ends: the kernel has not
+// destroyed it yet, which under load lasts a while.
+func (p *pod) dropPath(t testing.TB) {
+	t.Helper()
+	hold, err := os.Open(p.ns.Path())
+	if err != nil {
+		t.Fatalf("hold pod netns: %v", err)
+	}
+	t.Cleanup(func() { hold.Close() })
+	p.ns.Close()
+	if out := ipOut(t, nil, "netns", "delete", p.name); out != "" {
+		t.Logf("ip netns delete: %s", out)
+	}
+}
+
 // add runs ADD through libcni as a runtime does.
 func (e *env) add(conf []byte, p *pod) (*types100.Result, error) {
 	e.t.Helper()
