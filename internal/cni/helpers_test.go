@@ -176,7 +176,9 @@ func (e *env) addPool(name, cidr string, blockSize int) {
 }
 
 // conf is a calico network config for this env: etcd, node name, lock
-// file and the given fields merged in ("ipam", "cniVersion", ...).
+// file, MTU and the given fields merged in ("ipam", "cniVersion", ...).
+// Node name and MTU are explicit so that the plugin never reads the
+// machine's /var/lib/calico (TestNodename and TestMTU cover the defaults).
 func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 	e.t.Helper()
 	c := map[string]any{
@@ -186,6 +188,7 @@ func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 		"etcd_endpoints": strings.Join(e.etcd.Endpoints, ","),
 		"nodename":       e.node,
 		"ipam_lock_file": e.lockFile,
+		"mtu":            1500,
 		"log_level":      "debug",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}
