@@ -9,8 +9,8 @@
 //
 // The test binary re-executes itself in a private network namespace (see
 // TestMain) that plays the node's host namespace: kube-apiserver, kubelet,
-// containerd, the agent and the pods' host ends all live there, with a
-// dummy uplink carrying the node's address. On a real node the agent
+// containerd, the agent and the pods' host ends all live there, with an
+// uplink (a veth into nowhere) carrying the node's address. On a real node the agent
 // programs the host's namespace and, like felix, owns everything named
 // cali* in it: it deletes cali-* chains and cali ipsets it did not ask for.
 // Run in the machine's namespace, it would take over (and the test's

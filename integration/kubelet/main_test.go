@@ -16,7 +16,7 @@ import (
 const nodeNetNSEnv = "CALICO_KUBELET_TEST_NODE_NETNS"
 
 // The node's address, on its uplink (a documentation range: the uplink is
-// a dummy device, nothing ever leaves the namespace).
+// a veth whose peer is in the same namespace, nothing ever leaves it).
 const nodeAddr = "192.0.2.1/24"
 
 // Run as root, the test binary re-executes itself in a private network
@@ -54,7 +54,9 @@ func TestMain(m *testing.M) {
 func setupNode() error {
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
-		{"link", "add", "eth0", "type", "dummy"},
+		// A veth, not a dummy: kernels without the dummy module exist.
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
+		{"link", "set", "eth0-peer", "up"},
 		{"addr", "add", nodeAddr, "dev", "eth0"},
 		{"link", "set", "eth0", "up"},
 		{"route", "add", "default", "dev", "eth0"},

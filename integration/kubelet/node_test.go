@@ -34,8 +34,9 @@ const (
 )
 
 // The DaemonSet's CNI template (deploy/calico-node.yaml) plus
-// nodename_file: the agent's data dir is a temporary one here, not the
-// /var/lib/calico the plugin reads by default.
+// nodename_file and ipam_lock_file: the agent's data dir is a temporary
+// one here, not the /var/lib/calico the plugin reads by default, and the
+// IPAM lock is the test's, not the machine's /var/run/calico/ipam.lock.
 const cniTemplate = `{
     "name": "k8s-pod-network",
     "cniVersion": "0.3.1",
@@ -43,6 +44,7 @@ const cniTemplate = `{
     "etcd_endpoints": "__ETCD_ENDPOINTS__",
     "log_level": "info",
     "nodename_file": "%s",
+    "ipam_lock_file": "%s",
     "mtu": __CNI_MTU__,
     "ipam": {"type": "calico-ipam"},
     "policy": {"type": "k8s"},
@@ -111,7 +113,7 @@ func TestKubeletNode(t *testing.T) {
 		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
 		"KUBECONFIG="+kube.Kubeconfig,
 		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
-		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename")),
+		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock")),
 		"CNI_MTU=1400",
 		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
 		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
