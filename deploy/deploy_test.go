@@ -24,6 +24,7 @@ import (
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -275,7 +276,7 @@ func TestRBACIsEnough(t *testing.T) {
 
 	// The controllers, with the manifest's lease and nothing but its RBAC.
 	srv := etcdtest.Start(t)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestRBACIsEnough(t *testing.T) {
 	ctrl, err := controllers.New(controllers.Config{
 		Enabled: controllers.All, Identity: "node-1",
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-	}, saKube, store, ipam.New(store.Etcd(), store, nil))
+	}, saKube, store, ipam.New(store.IPAM(), store, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -294,7 +294,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 // network, or a new interface name): no new veth or address; the
 // endpoint gains this network's profile and the result reports the
 // endpoint's addresses.
-func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store, ep *api.WorkloadEndpoint, netns ns.NetNS) error {
+func (inv *invocation) addToExisting(ctx context.Context, store datastore.Store, ep *api.WorkloadEndpoint, netns ns.NetNS) error {
 	inv.logger.Info("container already has an endpoint: reusing it", "endpoint", ep.Name)
 	profile := profileName(inv.conf.Name)
 	if !slices.Contains(ep.Spec.Profiles, profile) {
@@ -344,7 +344,7 @@ func (inv *invocation) releaseEndpointIPs(ctx context.Context, ep *api.WorkloadE
 	defer cancel()
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
 	defer unlock()
-	if _, err := ipam.New(store.Etcd(), store, inv.logger).ReleaseIPs(ctx, ips...); err != nil {
+	if _, err := ipam.New(store.IPAM(), store, inv.logger).ReleaseIPs(ctx, ips...); err != nil {
 		return ipamError(fmt.Errorf("release the old addresses of %s: %w", ep.Name, err))
 	}
 	return nil
@@ -406,7 +406,7 @@ func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.
 // writeEndpoint creates the endpoint, or updates the one the workload
 // already has (a Kubernetes pod's new sandbox), conditional on the
 // revision read.
-func writeEndpoint(ctx context.Context, store *datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
+func writeEndpoint(ctx context.Context, store datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
 	defer cancel()
 	if existing != nil {
@@ -459,7 +459,7 @@ func profileName(network string) string {
 // config has no policy section, as Calico does: egress open, ingress from the network's
 // own endpoints (from anywhere for Kubernetes pods), and the network name
 // as a label on every member. An existing profile is never changed.
-func (inv *invocation) ensureProfile(ctx context.Context, store *datastore.Store, ids workloadIDs) error {
+func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store, ids workloadIDs) error {
 	if inv.conf.Policy.Type != "" {
 		return nil
 	}

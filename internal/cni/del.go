@@ -89,7 +89,7 @@ type endpointDeletion struct {
 // one alone: it is deleted only when its containerID is this one's. It
 // reports whether the host veth of this name is this container's: false
 // only for an endpoint kept for another sandbox.
-func (inv *invocation) deleteEndpoint(ctx context.Context, store *datastore.Store, ids workloadIDs) (vethOurs bool, err error) {
+func (inv *invocation) deleteEndpoint(ctx context.Context, store datastore.Store, ids workloadIDs) (vethOurs bool, err error) {
 	name, err := ids.name()
 	if err != nil {
 		return false, configError("CNI_CONTAINERID/K8S_POD_NAME", "%v", err)

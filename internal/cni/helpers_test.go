@@ -25,6 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -103,7 +104,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	srv := etcdtest.Start(t, srvOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{
+	store, err := etcd.New(ctx, datastore.Config{
 		Endpoints: srv.Endpoints, CACertFile: srv.CACertFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile,
 	})
 	if err != nil {
@@ -119,7 +120,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	tmp := t.TempDir()
 	e := &env{
-		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.Etcd(), store, nil)},
+		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)},
 		binDir:   binDir,
 		cacheDir: filepath.Join(tmp, "cache"),
 		dataDir:  filepath.Join(tmp, "host-local"),
@@ -135,7 +136,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // conn is the test's own datastore connection, shared by the env's
 // copies (see in) so that reconnect fixes it for all of them.
 type conn struct {
-	store *datastore.Store
+	store datastore.Store
 	kv    *clientv3.Client
 	ipam  *ipam.Client
 }
@@ -144,14 +145,14 @@ type conn struct {
 // client would wait out its reconnect backoff).
 func (e *env) reconnect() {
 	e.t.Helper()
-	store, err := datastore.New(e.ctx, datastore.Config{
+	store, err := etcd.New(e.ctx, datastore.Config{
 		Endpoints: e.etcd.Endpoints, CACertFile: e.etcd.CACertFile, CertFile: e.etcd.CertFile, KeyFile: e.etcd.KeyFile,
 	})
 	if err != nil {
 		e.t.Fatalf("reopen datastore: %v", err)
 	}
 	old := e.conn.store
-	*e.conn = conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.Etcd(), store, nil)}
+	*e.conn = conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)}
 	old.Close()
 }
 

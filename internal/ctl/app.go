@@ -11,6 +11,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
 
 // NewApp is calicoctl as a standalone app (the binary run as `calicoctl`).
@@ -95,7 +96,7 @@ func Commands() []*cli.Command {
 type session struct {
 	ctx    context.Context
 	c      *cli.Context
-	store  *datastore.Store
+	store  datastore.Store
 	out    io.Writer
 	errOut io.Writer
 	stdin  io.Reader
@@ -110,7 +111,7 @@ func withSession(fn func(*session) error) cli.ActionFunc {
 		}
 		ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 		defer cancel()
-		store, err := datastore.New(ctx, cfg.Config)
+		store, err := connect.New(ctx, cfg.Config)
 		if err != nil {
 			return fmt.Errorf("connect to datastore: %w", err)
 		}

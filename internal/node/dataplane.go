@@ -47,7 +47,7 @@ func addDataplane(g *run.Group, parent context.Context, node string, w *confwatc
 			if err != nil {
 				return nil
 			}
-			err = agent.NewBlackholes(node, ipam.WatchBlocks(ctx, store.Etcd(), logger), rt, logger).Run(ctx)
+			err = agent.NewBlackholes(node, ipam.WatchBlocks(ctx, store.IPAM(), logger), rt, logger).Run(ctx)
 			logger.Info("blackholes stopped")
 			return err
 		}, func(error) { cancel() })

@@ -28,6 +28,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/node/autodetect"
@@ -234,10 +235,10 @@ func parseBool(name, v string) (bool, error) {
 // actors that need it, once node registration is done.
 type datastoreFuture struct {
 	ready chan struct{}
-	store *datastore.Store
+	store datastore.Store
 }
 
-func (f *datastoreFuture) wait(ctx context.Context) (*datastore.Store, error) {
+func (f *datastoreFuture) wait(ctx context.Context) (datastore.Store, error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -315,7 +316,7 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 					return nil
 				}
 			}
-			store, err := connect(ctx, cfg.etcd, logger)
+			store, err := connectRetrying(ctx, cfg.etcd, logger)
 			if err != nil {
 				return err
 			}
@@ -423,7 +424,7 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 				Secrets:      bgp.SecretsDir(cfg.bgp.secretsDir),
 				Logger:       logger,
 				Registerer:   reg,
-			}, sub, store.Etcd(), routeTable, rep)
+			}, sub, store.IPAM(), routeTable, rep)
 			err = a.Run(ctx)
 			logger.Info("bgp stopped")
 			return err
@@ -443,9 +444,9 @@ func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *
 			if err != nil {
 				return nil
 			}
-			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger}, overlay.Deps{
-				Updates: sub, Blocks: overlay.EtcdBlocks(store.Etcd(), logger),
-				Store: store, IPAM: ipam.New(store.Etcd(), store, logger),
+			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger, FelixEnv: cfg.kube.felix.Spec}, overlay.Deps{
+				Updates: sub, Blocks: overlay.StoreBlocks(store.IPAM(), logger),
+				Store: store, IPAM: ipam.New(store.IPAM(), store, logger),
 				Kernel: nlh, Routes: routeTable, Health: rep,
 			}).Run(ctx)
 			logger.Info("overlay stopped")
@@ -504,12 +505,12 @@ func (s futureSource) Watch(ctx context.Context, kind string, fromRevision int64
 	return store.Watch(ctx, kind, fromRevision)
 }
 
-// connect retries until the datastore answers: at start-up etcd may still
+// connectRetrying retries until the datastore answers: at start-up etcd may still
 // be coming up (embedded, or a pod on the same node).
-func connect(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (*datastore.Store, error) {
+func connectRetrying(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (datastore.Store, error) {
 	backoff := 200 * time.Millisecond
 	for {
-		store, err := datastore.New(ctx, cfg)
+		store, err := connect.New(ctx, cfg)
 		if err == nil {
 			return store, nil
 		}

@@ -194,7 +194,7 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 				Identity:       cfg.node.NodeName,
 				Logger:         logger,
 				Registerer:     reg,
-			}, kc, store, ipam.New(store.Etcd(), store, logger.With("component", "ipam")))
+			}, kc, store, ipam.New(store.IPAM(), store, logger.With("component", "ipam")))
 			if err != nil {
 				return err
 			}

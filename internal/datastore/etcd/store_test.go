@@ -1,4 +1,4 @@
-package datastore
+package etcd
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -138,7 +139,7 @@ func TestCRUD(t *testing.T) {
 				if toJSON(t, deleted) != toJSON(t, blindOut) {
 					t.Errorf("Delete returned\n%s\nwant the last stored state\n%s", toJSON(t, deleted), toJSON(t, blindOut))
 				}
-				if _, err := s.Get(ctx, kind, ns, name); !errors.Is(err, ErrNotFound) {
+				if _, err := s.Get(ctx, kind, ns, name); !errors.Is(err, datastore.ErrNotFound) {
 					t.Errorf("Get after Delete: err = %v, want ErrNotFound", err)
 				}
 			})
@@ -176,7 +177,7 @@ func TestApply(t *testing.T) {
 		// With a stale version Apply is a CAS update.
 		stale := decodeDoc(t, doc)
 		stale.Meta().ResourceVersion = first.Meta().ResourceVersion
-		if _, err := s.Apply(ctx, stale); !errors.Is(err, ErrConflict) {
+		if _, err := s.Apply(ctx, stale); !errors.Is(err, datastore.ErrConflict) {
 			t.Errorf("Apply with stale resourceVersion: err = %v, want ErrConflict", err)
 		}
 	})
@@ -348,21 +349,21 @@ func TestErrors(t *testing.T) {
 			message string
 		}{
 			{"create existing", func() error { _, err := s.Create(ctx, decodeDoc(t, npDoc)); return err },
-				ErrAlreadyExists, "resource already exists: NetworkPolicy(default/allow-web)"},
+				datastore.ErrAlreadyExists, "resource already exists: NetworkPolicy(default/allow-web)"},
 			{"get missing", func() error { _, err := s.Get(ctx, "IPPool", "", "nope"); return err },
-				ErrNotFound, "resource does not exist: IPPool(nope)"},
+				datastore.ErrNotFound, "resource does not exist: IPPool(nope)"},
 			{"update missing", func() error { _, err := s.Update(ctx, missing); return err },
-				ErrNotFound, "resource does not exist: IPPool(pool2)"},
+				datastore.ErrNotFound, "resource does not exist: IPPool(pool2)"},
 			{"update stale", func() error { _, err := s.Update(ctx, pool); return err },
-				ErrConflict, "update conflict: IPPool(pool1)"},
+				datastore.ErrConflict, "update conflict: IPPool(pool1)"},
 			{"delete stale", func() error { _, err := s.Delete(ctx, "ippools", "", "pool1", pool.Meta().ResourceVersion); return err },
-				ErrConflict, "update conflict: IPPool(pool1)"},
+				datastore.ErrConflict, "update conflict: IPPool(pool1)"},
 			{"delete missing", func() error { _, err := s.Delete(ctx, "gnp", "", "nope", ""); return err },
-				ErrNotFound, "resource does not exist: GlobalNetworkPolicy(nope)"},
+				datastore.ErrNotFound, "resource does not exist: GlobalNetworkPolicy(nope)"},
 			{"delete missing with version", func() error { _, err := s.Delete(ctx, "gnp", "", "nope", "5"); return err },
-				ErrNotFound, "resource does not exist: GlobalNetworkPolicy(nope)"},
+				datastore.ErrNotFound, "resource does not exist: GlobalNetworkPolicy(nope)"},
 			{"unknown kind", func() error { _, err := s.Get(ctx, "widgets", "", "w"); return err },
-				ErrUnknownKind, "get widgets(w): unknown resource kind"},
+				datastore.ErrUnknownKind, "get widgets(w): unknown resource kind"},
 			{"namespace missing", func() error { _, err := s.Get(ctx, "NetworkPolicy", "", "allow-web"); return err },
 				nil, "get NetworkPolicy(allow-web): namespace must be set for a namespaced kind"},
 		}
@@ -375,7 +376,7 @@ func TestErrors(t *testing.T) {
 				if tc.want != nil && !errors.Is(err, tc.want) {
 					t.Errorf("err = %v, want errors.Is %v", err, tc.want)
 				}
-				var se *Error
+				var se *datastore.Error
 				if !errors.As(err, &se) {
 					t.Errorf("err %T is not a *datastore.Error", err)
 				}
@@ -392,7 +393,7 @@ func TestErrors(t *testing.T) {
 			if !errors.As(err, &verr) {
 				t.Fatalf("err = %v (%T), want an api.ValidationError inside", err, err)
 			}
-			if _, err := s.Get(ctx, "IPPool", "", "bad"); !errors.Is(err, ErrNotFound) {
+			if _, err := s.Get(ctx, "IPPool", "", "bad"); !errors.Is(err, datastore.ErrNotFound) {
 				t.Errorf("invalid pool was stored (Get err = %v)", err)
 			}
 		})
@@ -438,7 +439,7 @@ func TestConcurrentReadModifyWrite(t *testing.T) {
 						switch {
 						case err == nil:
 							successes++
-						case errors.Is(err, ErrConflict):
+						case errors.Is(err, datastore.ErrConflict):
 							conflicts++
 						default:
 							failures = append(failures, err)
@@ -447,7 +448,7 @@ func TestConcurrentReadModifyWrite(t *testing.T) {
 						if err == nil {
 							break
 						}
-						if !errors.Is(err, ErrConflict) {
+						if !errors.Is(err, datastore.ErrConflict) {
 							return
 						}
 					}
@@ -514,18 +515,18 @@ func TestNewErrors(t *testing.T) {
 	dead := deadEndpoint(t)
 	tests := []struct {
 		name      string
-		cfg       Config
+		cfg       datastore.Config
 		want      []string
-		configErr bool // a *ConfigError: retrying cannot help
+		configErr bool // a *datastore.ConfigError: retrying cannot help
 	}{
-		{"no endpoints", Config{}, []string{"no endpoints"}, true},
-		{"missing CA file", Config{Endpoints: []string{dead}, CACertFile: filepath.Join(dir, "nope.pem")},
+		{"no endpoints", datastore.Config{}, []string{"no endpoints"}, true},
+		{"missing CA file", datastore.Config{Endpoints: []string{dead}, CACertFile: filepath.Join(dir, "nope.pem")},
 			[]string{filepath.Join(dir, "nope.pem")}, true},
-		{"garbage CA file", Config{Endpoints: []string{dead}, CACertFile: garbage}, []string{garbage, "no PEM certificate"}, true},
-		{"missing key file", Config{Endpoints: []string{dead}, CertFile: garbage, KeyFile: filepath.Join(dir, "key.pem")},
+		{"garbage CA file", datastore.Config{Endpoints: []string{dead}, CACertFile: garbage}, []string{garbage, "no PEM certificate"}, true},
+		{"missing key file", datastore.Config{Endpoints: []string{dead}, CertFile: garbage, KeyFile: filepath.Join(dir, "key.pem")},
 			[]string{filepath.Join(dir, "key.pem")}, true},
-		{"cert without key", Config{Endpoints: []string{dead}, CertFile: garbage}, []string{"must be given together"}, true},
-		{"dead endpoint", Config{Endpoints: []string{dead}, DialTimeout: 300 * time.Millisecond},
+		{"cert without key", datastore.Config{Endpoints: []string{dead}, CertFile: garbage}, []string{"must be given together"}, true},
+		{"dead endpoint", datastore.Config{Endpoints: []string{dead}, DialTimeout: 300 * time.Millisecond},
 			[]string{dead, "no endpoint answered within 300ms", "connection refused"}, false},
 	}
 	for _, tc := range tests {
@@ -544,9 +545,9 @@ func TestNewErrors(t *testing.T) {
 					t.Errorf("error %q does not mention %q", err, want)
 				}
 			}
-			var cfgErr *ConfigError
+			var cfgErr *datastore.ConfigError
 			if got := errors.As(err, &cfgErr); got != tc.configErr {
-				t.Errorf("errors.As(*ConfigError) = %v, want %v", got, tc.configErr)
+				t.Errorf("errors.As(*datastore.ConfigError) = %v, want %v", got, tc.configErr)
 			}
 		})
 	}

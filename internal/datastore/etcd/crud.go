@@ -1,4 +1,4 @@
-package datastore
+package etcd
 
 import (
 	"cmp"
@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
@@ -51,12 +53,12 @@ func (s *Store) Apply(ctx context.Context, obj api.Object) (api.Object, error) {
 func (s *Store) write(ctx context.Context, op string, mode writeMode, in api.Object) (api.Object, error) {
 	k, ok := s.kinds.forObject(in)
 	if !ok {
-		return nil, &Error{Op: op, Kind: in.Type().Kind, Namespace: in.Meta().Namespace, Name: in.Meta().Name,
-			Err: fmt.Errorf("%w for Go type %T", ErrUnknownKind, in)}
+		return nil, &datastore.Error{Op: op, Kind: in.Type().Kind, Namespace: in.Meta().Namespace, Name: in.Meta().Name,
+			Err: fmt.Errorf("%w for Go type %T", datastore.ErrUnknownKind, in)}
 	}
 	obj, err := k.clone(in)
 	if err != nil {
-		return nil, &Error{Op: op, Kind: k.info.Kind, Namespace: in.Meta().Namespace, Name: in.Meta().Name, Err: err}
+		return nil, &datastore.Error{Op: op, Kind: k.info.Kind, Namespace: in.Meta().Namespace, Name: in.Meta().Name, Err: err}
 	}
 	m := obj.Meta()
 	if !k.info.Namespaced {
@@ -68,7 +70,7 @@ func (s *Store) write(ctx context.Context, op string, mode writeMode, in api.Obj
 	// gives policies their stored name.
 	namespace, name := m.Namespace, m.Name
 	fail := func(err error) (api.Object, error) {
-		return nil, &Error{Op: op, Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
+		return nil, &datastore.Error{Op: op, Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
 	}
 	if err := obj.Validate(); err != nil {
 		return fail(err)
@@ -106,9 +108,9 @@ func (s *Store) write(ctx context.Context, op string, mode writeMode, in api.Obj
 		}
 		switch {
 		case cur == nil && (mode == modeUpdate || wantRev != 0):
-			return fail(ErrNotFound)
+			return fail(datastore.ErrNotFound)
 		case cur != nil && wantRev != 0 && cur.ModRevision != wantRev:
-			return fail(ErrConflict)
+			return fail(datastore.ErrConflict)
 		}
 
 		cond := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
@@ -142,13 +144,13 @@ func (s *Store) write(ctx context.Context, op string, mode writeMode, in api.Obj
 			return out, nil
 		}
 		if mode == modeCreate {
-			return fail(ErrAlreadyExists)
+			return fail(datastore.ErrAlreadyExists)
 		}
 		// Another writer got in between our read and our write. The next
 		// read tells a conditional write whether that is a conflict; an
 		// unconditional one simply tries again on top of it.
 	}
-	return fail(fmt.Errorf("%w: gave up after %d attempts against concurrent writers", ErrConflict, maxWriteAttempts))
+	return fail(fmt.Errorf("%w: gave up after %d attempts against concurrent writers", datastore.ErrConflict, maxWriteAttempts))
 }
 
 // clone makes the private copy a write works on, converting it to the
@@ -180,7 +182,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (api.Obje
 		return nil, err
 	}
 	fail := func(err error) (api.Object, error) {
-		return nil, &Error{Op: "get", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
+		return nil, &datastore.Error{Op: "get", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
 	}
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
@@ -189,7 +191,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (api.Obje
 		return fail(s.etcdErr(err))
 	}
 	if len(resp.Kvs) == 0 {
-		return fail(ErrNotFound)
+		return fail(datastore.ErrNotFound)
 	}
 	obj, err := k.decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 	if err != nil {
@@ -205,7 +207,7 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (api.Obje
 func (s *Store) List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error) {
 	k, ok := s.kinds.lookup(kind)
 	if !ok {
-		return nil, 0, &Error{Op: "list", Kind: kind, Namespace: namespace, Err: ErrUnknownKind}
+		return nil, 0, &datastore.Error{Op: "list", Kind: kind, Namespace: namespace, Err: datastore.ErrUnknownKind}
 	}
 	prefix := k.prefix
 	if !k.info.Namespaced {
@@ -219,7 +221,7 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]api.Object,
 		s.logger.Warn("skipping resource that does not decode", "key", key, "err", err)
 	})
 	if err != nil {
-		return nil, 0, &Error{Op: "list", Kind: k.info.Kind, Namespace: namespace, Err: s.etcdErr(err)}
+		return nil, 0, &datastore.Error{Op: "list", Kind: k.info.Kind, Namespace: namespace, Err: s.etcdErr(err)}
 	}
 	return objs, rev, nil
 }
@@ -276,7 +278,7 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 		return nil, err
 	}
 	fail := func(err error) (api.Object, error) {
-		return nil, &Error{Op: "delete", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
+		return nil, &datastore.Error{Op: "delete", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
 	}
 	var conds []clientv3.Cmp
 	if resourceVersion != "" {
@@ -297,13 +299,13 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 	}
 	if !resp.Succeeded {
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			return fail(ErrNotFound)
+			return fail(datastore.ErrNotFound)
 		}
-		return fail(ErrConflict)
+		return fail(datastore.ErrConflict)
 	}
 	del := resp.Responses[0].GetResponseDeleteRange()
 	if del.Deleted == 0 || len(del.PrevKvs) == 0 {
-		return fail(ErrNotFound)
+		return fail(datastore.ErrNotFound)
 	}
 	prev := del.PrevKvs[0]
 	obj, err := k.decode(prev.Value, prev.ModRevision)
@@ -320,13 +322,13 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 func (s *Store) locate(op, kind, namespace, name string) (*kindEntry, string, error) {
 	k, ok := s.kinds.lookup(kind)
 	if !ok {
-		return nil, "", &Error{Op: op, Kind: kind, Namespace: namespace, Name: name, Err: ErrUnknownKind}
+		return nil, "", &datastore.Error{Op: op, Kind: kind, Namespace: namespace, Name: name, Err: datastore.ErrUnknownKind}
 	}
 	if !k.info.Namespaced {
 		namespace = ""
 	}
 	fail := func(err error) (*kindEntry, string, error) {
-		return nil, "", &Error{Op: op, Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
+		return nil, "", &datastore.Error{Op: op, Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
 	}
 	switch {
 	case name == "":
@@ -335,4 +337,35 @@ func (s *Store) locate(op, kind, namespace, name string) (*kindEntry, string, er
 		return fail(errors.New("namespace must be set for a namespaced kind"))
 	}
 	return k, k.keyForName(namespace, name), nil
+}
+
+// ListPrefix returns the resources of kind in namespace whose names start
+// with prefix: one ranged read of their keys. Policy kinds, whose keys
+// carry the tier, are listed and filtered.
+func (s *Store) ListPrefix(ctx context.Context, kind, namespace, prefix string) ([]api.Object, error) {
+	k, ok := s.kinds.lookup(kind)
+	if !ok {
+		return nil, &datastore.Error{Op: "list", Kind: kind, Namespace: namespace, Err: datastore.ErrUnknownKind}
+	}
+	if k.isPolicy() {
+		objs, _, err := s.List(ctx, kind, namespace)
+		if err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(objs, func(o api.Object) bool { return !strings.HasPrefix(o.Meta().Name, prefix) }), nil
+	}
+	if !k.info.Namespaced {
+		namespace = ""
+	} else if namespace == "" {
+		return nil, &datastore.Error{Op: "list", Kind: k.info.Kind, Err: errors.New("namespace must be set for a name prefix")}
+	}
+	ctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	objs, _, err := s.list(ctx, k.keyForName(namespace, prefix), func(key string, err error) {
+		s.logger.Warn("skipping resource that does not decode", "key", key, "err", err)
+	})
+	if err != nil {
+		return nil, &datastore.Error{Op: "list", Kind: k.info.Kind, Namespace: namespace, Err: s.etcdErr(err)}
+	}
+	return objs, nil
 }

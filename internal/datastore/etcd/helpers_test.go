@@ -1,4 +1,4 @@
-package datastore
+package etcd
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -42,8 +43,8 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func configFor(srv *etcdtest.Server) Config {
-	return Config{
+func configFor(srv *etcdtest.Server) datastore.Config {
+	return datastore.Config{
 		Endpoints:   srv.Endpoints,
 		CACertFile:  srv.CACertFile,
 		CertFile:    srv.CertFile,
@@ -151,7 +152,7 @@ func rawGet(t *testing.T, s *Store, key string) (string, int64) {
 }
 
 // nextEvent waits for the next event that is not an error report.
-func nextEvent(t *testing.T, ch <-chan Event) Event {
+func nextEvent(t *testing.T, ch <-chan datastore.Event) datastore.Event {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {

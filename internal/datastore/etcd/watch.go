@@ -1,4 +1,4 @@
-package datastore
+package etcd
 
 import (
 	"context"
@@ -10,46 +10,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
-
-// EventType says what an Event reports.
-type EventType int
-
-const (
-	// Added: Object was created.
-	Added EventType = iota + 1
-	// Modified: Object is the new state of an existing resource.
-	Modified
-	// Deleted: Object is the resource as it was before the deletion.
-	Deleted
-	// Reset: Objects is the complete current set; replace any cache with it.
-	Reset
-)
-
-func (t EventType) String() string {
-	switch t {
-	case Added:
-		return "Added"
-	case Modified:
-		return "Modified"
-	case Deleted:
-		return "Deleted"
-	case Reset:
-		return "Reset"
-	}
-	return fmt.Sprintf("EventType(%d)", int(t))
-}
-
-// Event is one item of a Watch stream. An event with Err set reports a
-// problem the watcher is handling (its Type is 0); the stream goes on.
-type Event struct {
-	Type     EventType
-	Object   api.Object   // Added, Modified, Deleted
-	Objects  []api.Object // Reset
-	Revision int64        // etcd revision of the change, or of the list for Reset
-	Err      error
-}
 
 const (
 	watchBuffer    = 256
@@ -61,8 +24,8 @@ const (
 // fromRevision on, inclusive; 0 means changes after the call. A consumer
 // that starts from List's revision r passes r+1. The channel is closed when
 // ctx is done or the Store is closed, and only then.
-func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan Event {
-	out := make(chan Event, watchBuffer)
+func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
+	out := make(chan datastore.Event, watchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.ctx, cancel)
 	w := &watcher{s: s, out: out, prefix: Prefix}
@@ -71,7 +34,7 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 		if k, ok := s.kinds.lookup(kind); ok {
 			w.kind, w.prefix = k, k.prefix
 		} else {
-			unknown = &Error{Op: "watch", Kind: kind, Err: ErrUnknownKind}
+			unknown = &datastore.Error{Op: "watch", Kind: kind, Err: datastore.ErrUnknownKind}
 		}
 	}
 	go func() {
@@ -81,7 +44,7 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 		if unknown != nil {
 			// Nothing to watch, but the channel still lives until ctx is
 			// done, as promised.
-			if w.emit(ctx, Event{Err: unknown}) {
+			if w.emit(ctx, datastore.Event{Err: unknown}) {
 				<-ctx.Done()
 			}
 			return
@@ -93,7 +56,7 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 
 type watcher struct {
 	s      *Store
-	out    chan<- Event
+	out    chan<- datastore.Event
 	prefix string
 	kind   *kindEntry // nil: all kinds
 	wait   backoff
@@ -160,15 +123,15 @@ func (w *watcher) watch(ctx context.Context, next *int64) error {
 
 // convert turns an etcd event into a store event; ok is false for keys of
 // kinds the registry does not know.
-func (w *watcher) convert(ev *clientv3.Event) (Event, bool) {
+func (w *watcher) convert(ev *clientv3.Event) (datastore.Event, bool) {
 	key := string(ev.Kv.Key)
 	rev := ev.Kv.ModRevision
 	k, ns, etcdName, known, err := w.s.kinds.parseKey(key)
 	if !known {
-		return Event{}, false
+		return datastore.Event{}, false
 	}
 	if err != nil {
-		return Event{Err: &Error{Op: "watch", Kind: k.info.Kind, Err: err}, Revision: rev}, true
+		return datastore.Event{Err: &datastore.Error{Op: "watch", Kind: k.info.Kind, Err: err}, Revision: rev}, true
 	}
 	if ev.Type == mvccpb.DELETE {
 		var obj api.Object
@@ -180,18 +143,18 @@ func (w *watcher) convert(ev *clientv3.Event) (Event, bool) {
 			// value is gone (compacted) or unreadable.
 			obj = k.stub(ns, etcdName, rev)
 		}
-		return Event{Type: Deleted, Object: obj, Revision: rev}, true
+		return datastore.Event{Type: datastore.Deleted, Object: obj, Revision: rev}, true
 	}
 	obj, err := k.decode(ev.Kv.Value, rev)
 	if err != nil {
-		return Event{Err: &Error{Op: "watch", Kind: k.info.Kind, Namespace: ns, Name: etcdName,
+		return datastore.Event{Err: &datastore.Error{Op: "watch", Kind: k.info.Kind, Namespace: ns, Name: etcdName,
 			Err: fmt.Errorf("decode %s: %w", key, err)}, Revision: rev}, true
 	}
-	typ := Modified
+	typ := datastore.Modified
 	if ev.IsCreate() {
-		typ = Added
+		typ = datastore.Added
 	}
-	return Event{Type: typ, Object: obj, Revision: rev}, true
+	return datastore.Event{Type: typ, Object: obj, Revision: rev}, true
 }
 
 // relist emits the complete current set as one Reset event and returns its
@@ -200,12 +163,12 @@ func (w *watcher) relist(ctx context.Context) (int64, error) {
 	lctx, cancel := w.s.callCtx(ctx)
 	defer cancel()
 	objs, rev, err := w.s.list(lctx, w.prefix, func(key string, err error) {
-		w.emit(ctx, Event{Err: &Error{Op: "watch", Kind: w.kindName(), Err: fmt.Errorf("decode %s: %w", key, err)}})
+		w.emit(ctx, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.kindName(), Err: fmt.Errorf("decode %s: %w", key, err)}})
 	})
 	if err != nil {
 		return 0, w.s.etcdErr(err)
 	}
-	if !w.emit(ctx, Event{Type: Reset, Objects: objs, Revision: rev}) {
+	if !w.emit(ctx, datastore.Event{Type: datastore.Reset, Objects: objs, Revision: rev}) {
 		return 0, ctx.Err()
 	}
 	return rev, nil
@@ -230,7 +193,7 @@ func (w *watcher) kindName() string {
 
 // fail reports err and waits out the backoff.
 func (w *watcher) fail(ctx context.Context, err error) {
-	if !w.emit(ctx, Event{Err: &Error{Op: "watch", Kind: w.kindName(), Err: err}}) {
+	if !w.emit(ctx, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.kindName(), Err: err}}) {
 		return
 	}
 	t := time.NewTimer(w.wait.next())
@@ -241,7 +204,7 @@ func (w *watcher) fail(ctx context.Context, err error) {
 	}
 }
 
-func (w *watcher) emit(ctx context.Context, e Event) bool {
+func (w *watcher) emit(ctx context.Context, e datastore.Event) bool {
 	select {
 	case w.out <- e:
 		return true

@@ -1,4 +1,4 @@
-package datastore
+package etcd
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -17,7 +18,7 @@ func poolDoc(name, cidr string) string {
 }
 
 type seen struct {
-	typ  EventType
+	typ  datastore.EventType
 	name string
 }
 
@@ -49,8 +50,8 @@ func TestWatchFromRevision(t *testing.T) {
 			kind string
 			want []seen
 		}{
-			{"IPPool", []seen{{Added, "a"}, {Modified, "a"}, {Deleted, "a"}, {Added, "b"}}},
-			{"", []seen{{Added, "a"}, {Modified, "a"}, {Added, "allow-dns"}, {Deleted, "a"}, {Added, "b"}}},
+			{"IPPool", []seen{{datastore.Added, "a"}, {datastore.Modified, "a"}, {datastore.Deleted, "a"}, {datastore.Added, "b"}}},
+			{"", []seen{{datastore.Added, "a"}, {datastore.Modified, "a"}, {datastore.Added, "allow-dns"}, {datastore.Deleted, "a"}, {datastore.Added, "b"}}},
 		}
 		for _, tc := range tests {
 			t.Run("kind="+tc.kind, func(t *testing.T) {
@@ -66,10 +67,10 @@ func TestWatchFromRevision(t *testing.T) {
 						t.Errorf("revision %d after %d: out of order", ev.Revision, lastRev)
 					}
 					lastRev = ev.Revision
-					if ev.Type == Deleted && ev.Object.Meta().Labels["v"] != "2" {
+					if ev.Type == datastore.Deleted && ev.Object.Meta().Labels["v"] != "2" {
 						t.Errorf("Deleted event carries %s, want the last stored state", toJSON(t, ev.Object))
 					}
-					if ev.Type == Added && ev.Object.Meta().ResourceVersion != fmt.Sprint(ev.Revision) {
+					if ev.Type == datastore.Added && ev.Object.Meta().ResourceVersion != fmt.Sprint(ev.Revision) {
 						t.Errorf("Added object resourceVersion %s, event revision %d", ev.Object.Meta().ResourceVersion, ev.Revision)
 					}
 				}
@@ -99,8 +100,8 @@ func TestWatchFromRevision(t *testing.T) {
 					if ev.Err != nil {
 						t.Fatalf("error event: %v", ev.Err)
 					}
-					if ev.Type != Added || !slices.Contains(created, ev.Object.Meta().Name) {
-						t.Errorf("first event %v %s, want Added of one of %v", ev.Type, ev.Object.Meta().Name, created)
+					if ev.Type != datastore.Added || !slices.Contains(created, ev.Object.Meta().Name) {
+						t.Errorf("first event %v %s, want datastore.Added of one of %v", ev.Type, ev.Object.Meta().Name, created)
 					}
 					return
 				case <-time.After(50 * time.Millisecond):
@@ -125,7 +126,7 @@ func TestWatchFromRevision(t *testing.T) {
 }
 
 // drain consumes ch and reports when it is closed.
-func drain(ch <-chan Event) <-chan struct{} {
+func drain(ch <-chan datastore.Event) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		for range ch {
@@ -161,7 +162,7 @@ func TestWatchRelistAfterCompaction(t *testing.T) {
 
 		ch := s.Watch(ctx, "IPPool", from)
 		ev := nextEvent(t, ch)
-		if ev.Type != Reset {
+		if ev.Type != datastore.Reset {
 			t.Fatalf("first event %v, want Reset", ev.Type)
 		}
 		if got := names(ev.Objects); !slices.Equal(got, []string{"p1", "p3"}) {
@@ -174,8 +175,8 @@ func TestWatchRelistAfterCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		live := nextEvent(t, ch)
-		if live.Type != Added || live.Object.Meta().Name != "p4" || live.Revision <= ev.Revision {
-			t.Errorf("after Reset got %v %s at %d, want Added p4 after %d", live.Type, live.Object.Meta().Name, live.Revision, ev.Revision)
+		if live.Type != datastore.Added || live.Object.Meta().Name != "p4" || live.Revision <= ev.Revision {
+			t.Errorf("after datastore.Reset got %v %s at %d, want datastore.Added p4 after %d", live.Type, live.Object.Meta().Name, live.Revision, ev.Revision)
 		}
 	})
 }
@@ -213,8 +214,8 @@ func TestWatchBadValue(t *testing.T) {
 					sawErr = true
 					continue
 				}
-				if ev.Type != Added || ev.Object.Meta().Name != "good" {
-					t.Fatalf("event %v %s, want Added good", ev.Type, ev.Object.Meta().Name)
+				if ev.Type != datastore.Added || ev.Object.Meta().Name != "good" {
+					t.Fatalf("event %v %s, want datastore.Added good", ev.Type, ev.Object.Meta().Name)
 				}
 				if !sawErr {
 					t.Error("no error event for the undecodable value")
@@ -251,10 +252,10 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		// Either the live event or a Reset that contains the new pool.
 		for {
 			ev := nextEvent(t, ch)
-			if ev.Type == Added && ev.Object.Meta().Name == "after" {
+			if ev.Type == datastore.Added && ev.Object.Meta().Name == "after" {
 				return
 			}
-			if ev.Type == Reset && slices.Contains(names(ev.Objects), "after") {
+			if ev.Type == datastore.Reset && slices.Contains(names(ev.Objects), "after") {
 				return
 			}
 		}

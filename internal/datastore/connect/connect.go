@@ -1,0 +1,33 @@
+// Package connect opens the datastore a Config names: the etcd backend or
+// the Kubernetes (KDD) backend, both behind datastore.Store.
+package connect
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
+)
+
+// New connects to the datastore cfg names and checks that it answers.
+// Configuration mistakes are *datastore.ConfigError.
+func New(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
+	switch t := cfg.EffectiveType(); t {
+	case datastore.TypeEtcd:
+		s, err := etcd.New(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case datastore.TypeKubernetes:
+		s, err := kdd.New(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	default:
+		return nil, &datastore.ConfigError{Err: fmt.Errorf("datastore type %q is not supported: use %q or %q", t, datastore.TypeEtcd, datastore.TypeKubernetes)}
+	}
+}
