@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,9 +21,10 @@ import (
 
 // Defaults Calico's CNI plugin uses when the network config is silent.
 const (
-	defaultMTU          = 1500
-	defaultNodenameFile = "/var/lib/calico/nodename"
-	defaultMTUFile      = "/var/lib/calico/mtu"
+	defaultMTU = 1500
+	// defaultCalicoDir is where calico-node leaves the files the plugin
+	// reads by default: nodename and mtu.
+	defaultCalicoDir    = "/var/lib/calico"
 	DefaultIPAMLockFile = "/var/run/calico/ipam.lock"
 	defaultEtcdEndpoint = "http://127.0.0.1:2379"
 	calicoIPAMType      = IPAMPlugin
@@ -40,6 +42,9 @@ type netConf struct {
 	// kube hands out a (shared) API client for the config (nil: build
 	// one for this invocation).
 	kube func(*netConf) (*k8sAPI, error) `json:"-"`
+	// calicoDir replaces defaultCalicoDir (tests: a directory of their
+	// own, never the machine's).
+	calicoDir string `json:"-"`
 
 	EtcdEndpoints  string `json:"etcd_endpoints"`
 	EtcdAuthority  string `json:"etcd_authority"` // deprecated: host:port
@@ -389,7 +394,7 @@ func (c *netConf) nodename() (string, error) {
 	}
 	file := c.NodenameFile
 	if file == "" {
-		file = defaultNodenameFile
+		file = filepath.Join(c.calicoDirectory(), "nodename")
 	}
 	data, err := os.ReadFile(file)
 	switch {
@@ -418,12 +423,19 @@ func (c *netConf) mtu() int {
 	if c.MTU != nil {
 		return *c.MTU
 	}
-	if data, err := os.ReadFile(defaultMTUFile); err == nil {
+	if data, err := os.ReadFile(filepath.Join(c.calicoDirectory(), "mtu")); err == nil {
 		if v, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && v >= 68 && v <= 65535 {
 			return v
 		}
 	}
 	return defaultMTU
+}
+
+func (c *netConf) calicoDirectory() string {
+	if c.calicoDir != "" {
+		return c.calicoDir
+	}
+	return defaultCalicoDir
 }
 
 func (c *netConf) ipamLockFile() string {
