@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -246,14 +247,94 @@ func TestRulesNameRealFields(t *testing.T) {
 	if err := g.checkRules(); err != nil {
 		t.Fatal(err)
 	}
-	g.fields[key(inner2{}, "nope")] = fieldRule{optional: true}
+	g.fields[key(ruleTarget{}, "nope")] = fieldRule{optional: true}
 	if err := g.checkRules(); err == nil {
 		t.Fatal("a rule for a missing field passed the check")
 	}
 }
 
-type inner2 struct {
+type ruleTarget struct {
 	A string `json:"a"`
+}
+
+// TestSchemasMatchCalicos compares the schemas with the three CRDs the
+// reference cluster served (testdata/reference/01-crd-*.yaml, Calico
+// v3.31's): the same fields at every level, with the same types, required
+// fields, enums, defaults, nullability and number-or-string. Descriptions,
+// patterns and integer formats and bounds are Calico's alone (see
+// calicoRules).
+func TestSchemasMatchCalicos(t *testing.T) {
+	files, err := filepath.Glob("testdata/reference/01-crd-*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("reference CRDs: %v, %v", files, err)
+	}
+	ks, err := kinds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGenerator(calicoRules())
+	ours := map[string]*schema{}
+	for _, k := range ks {
+		c, err := build(g, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours[c.Metadata.Name] = c.Spec.Versions[0].Schema.OpenAPIV3Schema
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref crd
+		if err := yaml.Unmarshal(data, &ref); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(ref.Spec.Versions) != 1 {
+			t.Fatalf("%s: %d versions", f, len(ref.Spec.Versions))
+		}
+		got, ok := ours[ref.Metadata.Name]
+		if !ok {
+			t.Errorf("%s: no such CRD generated", ref.Metadata.Name)
+			continue
+		}
+		for _, d := range schemaDiff(ref.Metadata.Name, ref.Spec.Versions[0].Schema.OpenAPIV3Schema, got) {
+			t.Error(d)
+		}
+	}
+}
+
+// schemaDiff lists where b differs from Calico's a in what a stored
+// object must look like.
+func schemaDiff(path string, a, b *schema) []string {
+	switch {
+	case a == nil && b == nil:
+		return nil
+	case a == nil || b == nil:
+		return []string{fmt.Sprintf("%s: Calico has %v, we have %v", path, a != nil, b != nil)}
+	}
+	var out []string
+	same := func(what string, x, y any) {
+		if !reflect.DeepEqual(x, y) {
+			out = append(out, fmt.Sprintf("%s: %s %v, Calico's %v", path, what, y, x))
+		}
+	}
+	same("type", a.Type, b.Type)
+	same("required", a.Required, b.Required)
+	same("enum", a.Enum, b.Enum)
+	same("default", string(a.Default), string(b.Default))
+	same("nullable", a.Nullable, b.Nullable)
+	same("int-or-string", a.IntOrString, b.IntOrString)
+	for name := range a.Properties {
+		out = append(out, schemaDiff(path+"."+name, a.Properties[name], b.Properties[name])...)
+	}
+	for name := range b.Properties {
+		if _, ok := a.Properties[name]; !ok {
+			out = append(out, fmt.Sprintf("%s.%s: not in Calico's CRD", path, name))
+		}
+	}
+	out = append(out, schemaDiff(path+"[]", a.Items, b.Items)...)
+	return append(out, schemaDiff(path+"{}", a.AdditionalProperties, b.AdditionalProperties)...)
 }
 
 // serverFields are the metadata the API server sets; the reference
