@@ -269,7 +269,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: hostName, Mac: hostVethMAC().String()},
+			{Name: hostName, Mac: HostVethMAC().String()},
 			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.sandbox()},
 		},
 		DNS: dns,
@@ -309,7 +309,7 @@ func (inv *invocation) addToExisting(ctx context.Context, store datastore.Store,
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: ep.Spec.InterfaceName, Mac: hostVethMAC().String()},
+			{Name: ep.Spec.InterfaceName, Mac: HostVethMAC().String()},
 			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: inv.sandbox()},
 		},
 		DNS: inv.conf.DNS,
@@ -459,8 +459,11 @@ func profileName(network string) string {
 // config has no policy section, as Calico does: egress open, ingress from the network's
 // own endpoints (from anywhere for Kubernetes pods), and the network name
 // as a label on every member. An existing profile is never changed.
+//
+// On the Kubernetes datastore profiles are computed from Namespaces and
+// ServiceAccounts and cannot be written; Calico's plugin writes none there.
 func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store, ids workloadIDs) error {
-	if inv.conf.Policy.Type != "" {
+	if inv.conf.Policy.Type != "" || store.Type() == datastore.TypeKubernetes {
 		return nil
 	}
 	name := profileName(inv.conf.Name)
