@@ -29,6 +29,26 @@
 // for at every start. Every update carries the resourceVersion it read:
 // the API server's compare-and-swap.
 //
+// # Custom resources and policies (crd.go, crdmeta.go, policy.go)
+//
+// Writes are those of libcalico-go's customK8sResourceClient: Create is a
+// POST; Update and Apply read the stored object (its creationTimestamp
+// lives in the metadata annotation and is kept) and PUT at the caller's
+// resourceVersion or, without one, at the one read, retrying a lost race a
+// bounded number of times; Delete sends a resourceVersion precondition and
+// returns the object as it was. Policies are stored under their tier-
+// prefixed name (datastore.PolicyNames, shared with the etcd backend: a
+// name Calico refuses, "noprefix" in tier "security", is stored and shown
+// as "security.noprefix"); a default-tier policy keeps its tier implicit
+// (no tier label, no spec.tier), which Calico's clientv3 adds only when it
+// presents one. NetworkPolicy also lists the Kubernetes NetworkPolicies as
+// knp.default.<name> (k8spolicy's translation, Calico's metadata); real
+// calicoctl on KDD lists only the custom resources, but everything reading
+// policies here — the policy compiler above all — must see both, as in
+// etcd mode where the policy controller copies them. Writes to them are
+// refused: Kubernetes owns them. KubeControllersConfiguration's node
+// controller cannot have syncLabels Disabled, as Calico refuses on KDD.
+//
 // # Thread safety
 //
 // A Store is safe for concurrent use. Each Watch runs one goroutine per

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -306,11 +307,29 @@ func ensureClusterInformation(ctx context.Context, store Store, cfg Config) erro
 	ci.Spec.ClusterGUID = hex.EncodeToString(guid)
 	ci.Spec.DatastoreReady = &ready
 	ci.Spec.CalicoVersion = cfg.Version
-	ci.Spec.ClusterType = cfg.ClusterType
+	ci.Spec.ClusterType = clusterType(cfg.ClusterType, store)
 	if _, err := store.Create(ctx, ci); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
 		return fmt.Errorf("create ClusterInformation: %w", err)
 	}
 	return nil
+}
+
+// clusterType is CLUSTER_TYPE as Calico's clientv3 records it: on the
+// Kubernetes datastore "kdd" is appended ("k8s,bgp,kdd"; "kdd" alone when
+// unset), which is how Calico's components tell the datastore type.
+func clusterType(configured string, store Store) string {
+	typed, ok := store.(interface{ Type() string })
+	if !ok || typed.Type() != datastore.TypeKubernetes {
+		return configured
+	}
+	configured = strings.TrimSuffix(configured, ",")
+	if configured == "" {
+		return "kdd"
+	}
+	if slices.Contains(strings.Split(configured, ","), "kdd") {
+		return configured
+	}
+	return configured + ",kdd"
 }
 
 // ensureTiers creates the tiers Calico v3.31 always has.
