@@ -85,7 +85,7 @@ func TestPodEndpointRules(t *testing.T) {
 		{name: "terminating pod after DEL has none",
 			pod: pod(t, `,"deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"cni.projectcalico.org/podIP":""}`, node, `"podIP":"10.0.0.5"`)},
 		{name: "a service account name too long for a label is no label",
-			pod: pod(t, ``, node+`,"serviceAccountName":"`+strings.Repeat("s", 63)+`"`, ``),
+			pod:    pod(t, ``, node+`,"serviceAccountName":"`+strings.Repeat("s", 63)+`"`, ``),
 			labels: map[string]string{api.LabelNamespace: "demo", api.LabelOrchestrator: "k8s"}},
 		{name: "ports: named or host-mapped only, init containers too, protocols mapped",
 			pod: pod(t, ``, node+`,"containers":[{"name":"c","ports":[{"containerPort":80},{"containerPort":53,"name":"dns","protocol":"UDP"},{"containerPort":9,"hostPort":9009,"hostIP":"10.1.1.1","protocol":"SCTP"}]}],`+
