@@ -152,7 +152,8 @@ func (m *endpointMapper) write(ctx context.Context, _ writeMode, obj api.Object)
 // are set to "" (not removed: "" tells Calico's watchers that the pod has
 // let its addresses go while it terminates), and the container ID stays,
 // so a repeated DEL can tell which sandbox the pod has. The endpoint
-// itself lives on, without addresses, as long as its pod.
+// itself lives on, without addresses, as long as its pod; what is
+// returned is that endpoint (Calico's answer too), not the one before.
 func (m *endpointMapper) remove(ctx context.Context, ns, name, rv string) (api.Object, error) {
 	return m.patch(ctx, ns, name, rv, "", map[string]any{podAnnPodIP: "", podAnnPodIPs: ""})
 }

@@ -19,28 +19,31 @@ import (
 // (libcalico-go resources/node.go). Nothing else of the Kubernetes Node is
 // ever written.
 const (
-	nodeAnnIPv4Address           = "projectcalico.org/IPv4Address"
-	nodeAnnIPv4IPIPTunnelAddr    = "projectcalico.org/IPv4IPIPTunnelAddr"
-	nodeAnnIPv4VXLANTunnelAddr   = "projectcalico.org/IPv4VXLANTunnelAddr"
-	nodeAnnVXLANTunnelMACAddr    = "projectcalico.org/VXLANTunnelMACAddr"
-	nodeAnnIPv6VXLANTunnelAddr   = "projectcalico.org/IPv6VXLANTunnelAddr"
-	nodeAnnVXLANTunnelMACAddrV6  = "projectcalico.org/VXLANTunnelMACAddrV6"
-	nodeAnnIPv6Address           = "projectcalico.org/IPv6Address"
-	nodeAnnASNumber              = "projectcalico.org/ASNumber"
-	nodeAnnRouteReflectorCID     = "projectcalico.org/RouteReflectorClusterID"
-	nodeAnnWireguardIPv4         = "projectcalico.org/IPv4WireguardInterfaceAddr"
-	nodeAnnWireguardIPv6         = "projectcalico.org/IPv6WireguardInterfaceAddr"
-	nodeAnnWireguardPublicKey    = "projectcalico.org/WireguardPublicKey"
-	nodeAnnWireguardPublicKeyV6  = "projectcalico.org/WireguardPublicKeyV6"
-	nodeAnnInterfaces            = "projectcalico.org/Interfaces"
-	nodeAnnLabels                = "projectcalico.org/labels"
-	nodeAnnAnnotations           = "projectcalico.org/annotations"
-	nodeAnnKubeLabels            = "projectcalico.org/kube-labels" // computed, never stored
-	nodeWriteAttempts            = 5
-	nodeOrchestratorK8s          = api.OrchestratorKubernetes
-	nodeAddressTypeInternal      = "InternalIP"
-	nodeAddressTypeExternal      = "ExternalIP"
-	nodeAnnotationsNotStoredNote = "a Calico Node on the Kubernetes datastore is its Kubernetes Node's annotations"
+	nodeAnnIPv4Address          = "projectcalico.org/IPv4Address"
+	nodeAnnIPv4IPIPTunnelAddr   = "projectcalico.org/IPv4IPIPTunnelAddr"
+	nodeAnnIPv4VXLANTunnelAddr  = "projectcalico.org/IPv4VXLANTunnelAddr"
+	nodeAnnVXLANTunnelMACAddr   = "projectcalico.org/VXLANTunnelMACAddr"
+	nodeAnnIPv6VXLANTunnelAddr  = "projectcalico.org/IPv6VXLANTunnelAddr"
+	nodeAnnVXLANTunnelMACAddrV6 = "projectcalico.org/VXLANTunnelMACAddrV6"
+	nodeAnnIPv6Address          = "projectcalico.org/IPv6Address"
+	nodeAnnASNumber             = "projectcalico.org/ASNumber"
+	nodeAnnRouteReflectorCID    = "projectcalico.org/RouteReflectorClusterID"
+	nodeAnnWireguardIPv4        = "projectcalico.org/IPv4WireguardInterfaceAddr"
+	nodeAnnWireguardIPv6        = "projectcalico.org/IPv6WireguardInterfaceAddr"
+	nodeAnnWireguardPublicKey   = "projectcalico.org/WireguardPublicKey"
+	nodeAnnWireguardPublicKeyV6 = "projectcalico.org/WireguardPublicKeyV6"
+	nodeAnnInterfaces           = "projectcalico.org/Interfaces"
+	nodeAnnLabels               = "projectcalico.org/labels"
+	nodeAnnAnnotations          = "projectcalico.org/annotations"
+	nodeAnnKubeLabels           = "projectcalico.org/kube-labels" // computed, never stored
+)
+
+const (
+	// nodeWriteAttempts bounds the retries of an unconditional write that
+	// meets kubelet's writes.
+	nodeWriteAttempts = 5
+	// nodeIsK8sNode explains why Nodes cannot be created or deleted.
+	nodeIsK8sNode = "a Calico Node on the Kubernetes datastore is its Kubernetes Node's annotations"
 )
 
 // nodeOwnedAnnotations are every annotation a Calico Node write sets or
@@ -90,11 +93,11 @@ func (m *nodeMapper) convert(_ int, raw json.RawMessage) ([]api.Object, error) {
 }
 
 func (m *nodeMapper) get(ctx context.Context, _, name string) (api.Object, error) {
-	var n k8sNode
-	if err := m.s.c.do(ctx, http.MethodGet, nodesSource.objPath("", name), nil, "", nil, &n); err != nil {
+	n, err := m.read(ctx, name)
+	if err != nil {
 		return nil, err
 	}
-	return nodeFromK8s(&n)
+	return nodeFromK8s(n)
 }
 
 // write updates the Node's annotations. Calico cannot create a Kubernetes
@@ -108,9 +111,9 @@ func (m *nodeMapper) get(ctx context.Context, _, name string) (api.Object, error
 func (m *nodeMapper) write(ctx context.Context, mode writeMode, obj api.Object) (api.Object, error) {
 	node := obj.(*api.Node)
 	if mode == modeCreate {
-		why := "Calico Nodes cannot be created: " + nodeAnnotationsNotStoredNote + "; apply or replace it to update it"
+		why := "Calico Nodes cannot be created: " + nodeIsK8sNode + "; apply or replace it to update it"
 		if _, err := m.read(ctx, node.Name); isNotFound(err) {
-			why = fmt.Sprintf("Kubernetes Node %s does not exist and Calico cannot create Kubernetes Nodes (%s)", node.Name, nodeAnnotationsNotStoredNote)
+			return nil, noK8sNode(node.Name)
 		}
 		return nil, errNotSupported(why)
 	}
@@ -122,7 +125,7 @@ func (m *nodeMapper) write(ctx context.Context, mode writeMode, obj api.Object) 
 		cur, err := m.read(ctx, node.Name)
 		if err != nil {
 			if isNotFound(err) && mode == modeApply {
-				return nil, errNotSupported(fmt.Sprintf("Kubernetes Node %s does not exist and Calico cannot create Kubernetes Nodes (%s)", node.Name, nodeAnnotationsNotStoredNote))
+				return nil, noK8sNode(node.Name)
 			}
 			return nil, err
 		}
@@ -149,7 +152,11 @@ func (m *nodeMapper) write(ctx context.Context, mode writeMode, obj api.Object) 
 // delete node still releases the node's addresses and affinities first,
 // as Calico's does, then reports this.)
 func (m *nodeMapper) remove(context.Context, string, string, string) (api.Object, error) {
-	return nil, errNotSupported("Calico Nodes cannot be deleted: " + nodeAnnotationsNotStoredNote + "; delete the Kubernetes Node")
+	return nil, errNotSupported("Calico Nodes cannot be deleted: " + nodeIsK8sNode + "; delete the Kubernetes Node")
+}
+
+func noK8sNode(name string) error {
+	return errNotSupported(fmt.Sprintf("Kubernetes Node %s does not exist and Calico cannot create Kubernetes Nodes (%s)", name, nodeIsK8sNode))
 }
 
 func (m *nodeMapper) read(ctx context.Context, name string) (*k8sNode, error) {
@@ -247,7 +254,7 @@ func nodeFromK8s(k *k8sNode) (*api.Node, error) {
 	n.Spec.VXLANTunnelMACAddr = annotation(anns, nodeAnnVXLANTunnelMACAddr, validMAC)
 	n.Spec.IPv6VXLANTunnelAddr = annotation(anns, nodeAnnIPv6VXLANTunnelAddr, validNetwork(6))
 	n.Spec.VXLANTunnelMACAddrV6 = annotation(anns, nodeAnnVXLANTunnelMACAddrV6, validMAC)
-	n.Spec.OrchRefs = []api.OrchRef{{NodeName: meta.Name, Orchestrator: nodeOrchestratorK8s}}
+	n.Spec.OrchRefs = []api.OrchRef{{NodeName: meta.Name, Orchestrator: api.OrchestratorKubernetes}}
 	n.Status.WireguardPublicKey = anns[nodeAnnWireguardPublicKey]
 	n.Status.WireguardPublicKeyV6 = anns[nodeAnnWireguardPublicKeyV6]
 	if len(k.Spec.PodCIDRs) > 0 {
@@ -265,9 +272,9 @@ func nodeFromK8s(k *k8sNode) (*api.Node, error) {
 	}
 	for _, a := range k.Status.Addresses {
 		switch a.Type {
-		case nodeAddressTypeInternal:
+		case "InternalIP":
 			n.Spec.Addresses = append(n.Spec.Addresses, api.NodeAddress{Address: a.Address, Type: api.NodeAddressInternalIP})
-		case nodeAddressTypeExternal:
+		case "ExternalIP":
 			n.Spec.Addresses = append(n.Spec.Addresses, api.NodeAddress{Address: a.Address, Type: api.NodeAddressExternalIP})
 		}
 	}
@@ -276,7 +283,7 @@ func nodeFromK8s(k *k8sNode) (*api.Node, error) {
 		var ifaces []api.NodeInterface
 		if json.Unmarshal([]byte(v), &ifaces) == nil {
 			for i := range ifaces {
-				ifaces[i].Addresses = slicesDeleteBadIPs(ifaces[i].Addresses)
+				ifaces[i].Addresses = validIPs(ifaces[i].Addresses)
 			}
 			n.Spec.Interfaces = ifaces
 		}
@@ -284,7 +291,8 @@ func nodeFromK8s(k *k8sNode) (*api.Node, error) {
 	return n, nil
 }
 
-func slicesDeleteBadIPs(addrs []string) []string {
+// validIPs keeps the entries of addrs that are IP addresses.
+func validIPs(addrs []string) []string {
 	out := addrs[:0]
 	for _, a := range addrs {
 		if net.ParseIP(a) != nil {
@@ -383,7 +391,7 @@ func annotation(anns map[string]string, key string, valid func(string) bool) str
 // network (an address alone is a /32 or /128).
 func parseCIDROrIP(s string) (netip.Addr, netip.Prefix, bool) {
 	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Addr().Unmap(), netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked(), true
+		return p.Addr(), p.Masked(), true
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
