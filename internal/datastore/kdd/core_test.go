@@ -439,8 +439,8 @@ func testProfile(t *testing.T, cc *coreCluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nsUID, _ := profileUID(string(ns.UID))
-	saUID, _ := profileUID(string(sa.UID))
+	nsUID, _ := convertUID(string(ns.UID))
+	saUID, _ := convertUID(string(sa.UID))
 	for _, tc := range []struct{ name, uid, rv string }{
 		{defaultAllowName, "", "1"},
 		{"kns.default", "", ""},

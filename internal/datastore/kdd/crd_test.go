@@ -198,7 +198,7 @@ func TestKDD(t *testing.T) {
 	t.Run("policy names", func(t *testing.T) { testPolicyNames(t, c, s) })
 	t.Run("kubernetes network policy", func(t *testing.T) { testKNP(t, c, s) })
 	t.Run("crud", func(t *testing.T) { testCRUD(t, s) })
-	t.Run("watch", func(t *testing.T) { testWatch(t, c, s) })
+	t.Run("watch", func(t *testing.T) { testCRDWatch(t, c, s) })
 	t.Run("forbidden", func(t *testing.T) { testForbidden(t, c) })
 }
 
@@ -539,9 +539,9 @@ func testCRUD(t *testing.T, s *Store) {
 	}
 }
 
-// testWatch: Added, Modified and Deleted from a List's revision, for a
+// testCRDWatch: Added, Modified and Deleted from a List's revision, for a
 // custom resource kind and for Kubernetes NetworkPolicies.
-func testWatch(t *testing.T, c *kubetest.Cluster, s *Store) {
+func testCRDWatch(t *testing.T, c *kubetest.Cluster, s *Store) {
 	ctx := testCtx(t)
 	next := func(t *testing.T, ch <-chan datastore.Event) datastore.Event {
 		t.Helper()

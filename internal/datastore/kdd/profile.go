@@ -2,10 +2,8 @@ package kdd
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/bits"
 	"net/http"
 	"strings"
 
@@ -117,7 +115,7 @@ func defaultAllowProfile() *api.Profile {
 
 // namespaceProfile is Calico's NamespaceToProfile.
 func namespaceProfile(ns *coreMeta) (*api.Profile, error) {
-	uid, err := profileUID(ns.UID)
+	uid, err := convertUID(ns.UID)
 	if err != nil {
 		return nil, fmt.Errorf("namespace %s: %w", ns.Name, err)
 	}
@@ -143,7 +141,7 @@ func namespaceProfile(ns *coreMeta) (*api.Profile, error) {
 
 // serviceAccountProfile is Calico's ServiceAccountToProfile.
 func serviceAccountProfile(sa *coreMeta) (*api.Profile, error) {
-	uid, err := profileUID(sa.UID)
+	uid, err := convertUID(sa.UID)
 	if err != nil {
 		return nil, fmt.Errorf("service account %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
@@ -165,23 +163,4 @@ func serviceAccountProfile(sa *coreMeta) (*api.Profile, error) {
 	}
 	p.Spec.LabelsToApply = labels
 	return p, nil
-}
-
-// profileUID is Calico's ConvertUID: the bits of every byte of the UUID
-// reversed, except bytes 6 and 8, which hold the version and variant, so
-// that the result is a valid UUID of the same kind that is not the
-// Kubernetes object's own.
-func profileUID(uid string) (string, error) {
-	raw := strings.ReplaceAll(uid, "-", "")
-	b, err := hex.DecodeString(raw)
-	if err != nil || len(b) != 16 || len(uid) != 36 || uid[8] != '-' || uid[13] != '-' || uid[18] != '-' || uid[23] != '-' {
-		return "", fmt.Errorf("uid %q is not a UUID", uid)
-	}
-	for i := range b {
-		if i != 6 && i != 8 {
-			b[i] = bits.Reverse8(b[i])
-		}
-	}
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
 }

@@ -252,18 +252,18 @@ func TestProfileUID(t *testing.T) {
 		{"2dab5ef6-3d64-4ed9-9172-2f5ce555529a", "b4d57a6f-bc26-4e9b-914e-f43aa7aa4a59"},
 		{"bc30bbe6-cdff-462c-b0f0-b6b4245126b7", "3d0cdd67-b3ff-4634-b00f-6d2d248a64ed"},
 	} {
-		got, err := profileUID(tc.in)
+		got, err := convertUID(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("profileUID(%s) = %q, %v; want %s", tc.in, got, err, tc.want)
+			t.Errorf("convertUID(%s) = %q, %v; want %s", tc.in, got, err, tc.want)
 		}
-		back, err := profileUID(got)
+		back, err := convertUID(got)
 		if err != nil || back != tc.in {
 			t.Errorf("profileUID is not its own inverse: %s -> %s -> %s", tc.in, got, back)
 		}
 	}
 	for _, bad := range []string{"", "not-a-uuid", "2dab5ef63d644ed991722f5ce555529a"} {
-		if _, err := profileUID(bad); err == nil {
-			t.Errorf("profileUID(%q) accepted", bad)
+		if _, err := convertUID(bad); err == nil {
+			t.Errorf("convertUID(%q) accepted", bad)
 		}
 	}
 }

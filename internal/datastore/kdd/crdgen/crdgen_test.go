@@ -65,9 +65,9 @@ func TestCRDsUpToDate(t *testing.T) {
 
 // TestNamesAreCalicos: the 22 CRDs have exactly the names, kinds, list
 // kinds, singulars, scopes and versions real Calico v3.31 serves
-// (testdata/reference/01-crds.txt, kubectl's listing of them).
+// (../testdata/calico-3.31-kdd/01-crds.txt, kubectl's listing of them).
 func TestNamesAreCalicos(t *testing.T) {
-	f, err := os.Open("testdata/reference/01-crds.txt")
+	f, err := os.Open("../testdata/calico-3.31-kdd/01-crds.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,13 +258,13 @@ type ruleTarget struct {
 }
 
 // TestSchemasMatchCalicos compares the schemas with the three CRDs the
-// reference cluster served (testdata/reference/01-crd-*.yaml, Calico
+// reference cluster served (../testdata/calico-3.31-kdd/01-crd-*.yaml, Calico
 // v3.31's): the same fields at every level, with the same types, required
 // fields, enums, defaults, nullability and number-or-string. Descriptions,
 // patterns and integer formats and bounds are Calico's alone (see
 // calicoRules).
 func TestSchemasMatchCalicos(t *testing.T) {
-	files, err := filepath.Glob("testdata/reference/01-crd-*.yaml")
+	files, err := filepath.Glob("../testdata/calico-3.31-kdd/01-crd-*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("reference CRDs: %v, %v", files, err)
 	}
@@ -427,7 +427,7 @@ func (c *crdCluster) resource(t *testing.T, o *unstructured.Unstructured) dynami
 
 // TestServerAcceptsCalicosObjects applies deploy/crds.yaml to a real API
 // server and creates every object real Calico v3.31 wrote
-// (testdata/reference/*.crd.yaml: IPAM blocks with null allocations,
+// (../testdata/calico-3.31-kdd/*.crd.yaml: IPAM blocks with null allocations,
 // affinities with "deleted":"false", policies, configurations, ...) plus
 // values calico-node writes that the captures lack; each is stored exactly
 // as sent: nothing pruned, nothing defaulted away. Then objects of the
@@ -442,7 +442,7 @@ func TestServerAcceptsCalicosObjects(t *testing.T) {
 		}
 	}
 
-	files, err := filepath.Glob("testdata/reference/*.crd.yaml")
+	files, err := filepath.Glob("../testdata/calico-3.31-kdd/*.crd.yaml")
 	if err != nil || len(files) < 20 {
 		t.Fatalf("reference captures: %v, %v", files, err)
 	}
