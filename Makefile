@@ -5,6 +5,7 @@
 #   make run     build and run a single node with the embedded etcd
 #   make test    install test prerequisites, build, run every test
 #   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links
+#   make image   build the container image as an OCI archive, bin/calico-node-image.tar
 
 GO       ?= go
 BIN      := bin
@@ -20,15 +21,26 @@ RUN_ARGS ?=
 # Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379".
 DEMO_ARGS ?=
 
-.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
+.PHONY: all build image test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
 
 all: build
 
+# CGO_ENABLED=0, as in the Dockerfile: a static binary, which install-cni
+# copies onto nodes of any libc as the CNI plugin.
 build:
-	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
 	ln -sf calico-node $(BIN)/calico
 	ln -sf calico-node $(BIN)/calico-ipam
 	ln -sf calico-node $(BIN)/calicoctl
+
+# The Dockerfile's image without Docker or a registry (package
+# internal/ociimage): bin/calico-node over Debian's iptables, ipset and
+# iproute2 (from this host's apt sources, cached in ~/.cache/calico-node/image),
+# as an OCI archive named $(IMAGE). On a node:
+#   ctr -n k8s.io images import bin/calico-node-image.tar
+IMAGE ?= localhost:5000/calico-node:dev
+image: build
+	$(GO) run ./internal/ociimage/mkimage -binary $(BINARY) -o $(BIN)/calico-node-image.tar -name $(IMAGE) -version $(VERSION)
 
 deps:
 	./scripts/deps.sh
