@@ -4,7 +4,10 @@
 // API model: each actor subscribes to the confwatch cache, keeps the
 // resources it needs, computes the desired kernel state with pure functions
 // and hands it to the component that owns that kernel state (routes.Table
-// for routes, the iptables/ipset programmers for policy). Nothing is applied
+// for routes, the iptables/ipset programmers for policy). Each actor
+// declares the small interface it needs of that component (RouteSink,
+// Applier, Subscriber); internal/node wires the kernel parts in, so this
+// package imports none of them. Nothing is applied
 // before confwatch is in sync: the first batch of a subscription is the
 // complete snapshot.
 //

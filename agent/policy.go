@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -21,9 +20,16 @@ var policyKinds = []string{
 	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration", "Node",
 }
 
-// Applier programs one IP family; *xtables.Programmer implements it.
+// Applier programs one IP family's compiled policy into the kernel
+// (internal/node wires in agent/xtables' iptables-restore programmer).
 type Applier interface {
-	Apply(ctx context.Context, f *policy.Family) (xtables.Stats, error)
+	// Apply makes the kernel match f. On error the kernel may be partly
+	// updated; the actor retries.
+	Apply(ctx context.Context, f *policy.Family) error
+	// Invalidate makes the next Apply read the kernel back instead of
+	// trusting what it last wrote: the periodic resync calls it, so that
+	// drift made by others is found.
+	Invalidate()
 }
 
 // HostInterfaces lists this host's interface addresses (for host endpoints
@@ -180,14 +186,10 @@ func (p *Policy) Snapshot() *policy.Snapshot {
 	return s
 }
 
-// invalidator is an Applier that caches what it last wrote.
-type invalidator interface{ Invalidate() }
-
 func (p *Policy) invalidate() {
-	for _, a := range []Applier{p.v4, p.v6} {
-		if inv, ok := a.(invalidator); ok {
-			inv.Invalidate()
-		}
+	p.v4.Invalidate()
+	if p.v6 != nil {
+		p.v6.Invalidate()
 	}
 }
 
@@ -207,11 +209,11 @@ func (p *Policy) program(ctx context.Context) error {
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
 	}
-	if _, err := p.v4.Apply(ctx, res.V4); err != nil {
+	if err := p.v4.Apply(ctx, res.V4); err != nil {
 		return err
 	}
 	if p.v6 != nil && res.V6 != nil {
-		if _, err := p.v6.Apply(ctx, res.V6); err != nil {
+		if err := p.v6.Apply(ctx, res.V6); err != nil {
 			return err
 		}
 	}

@@ -29,11 +29,11 @@ const (
 	ipamRetryBackoff = 5 * time.Second
 )
 
-// Etcd is the part of the etcd client the IPAM watch uses;
-// *clientv3.Client implements it.
+// Etcd is the part of the etcd client the IPAM watch uses: one list,
+// then a watch; *clientv3.Client implements it.
 type Etcd interface {
-	clientv3.KV
-	clientv3.Watcher
+	Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error)
+	Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan
 }
 
 // ipamWatch follows this node's block affinities and the allocations its

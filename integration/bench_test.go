@@ -198,13 +198,15 @@ type notifyApplier struct {
 	done chan<- time.Time
 }
 
-func (a *notifyApplier) Apply(ctx context.Context, f *policy.Family) (xtables.Stats, error) {
-	st, err := a.p.Apply(ctx, f)
+func (a *notifyApplier) Apply(ctx context.Context, f *policy.Family) error {
+	_, err := a.p.Apply(ctx, f)
 	if err == nil {
 		a.done <- time.Now()
 	}
-	return st, err
+	return err
 }
+
+func (a *notifyApplier) Invalidate() { a.p.Invalidate() }
 
 // recRunner runs commands inside its own fresh network namespace and keeps
 // the last stdin given to each program.

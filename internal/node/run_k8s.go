@@ -1,15 +1,11 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 
-	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,7 +14,6 @@ import (
 	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
-	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 )
 
@@ -127,46 +122,36 @@ func kubeConfigInto(c *cli.Context, getenv func(string) string, environ []string
 	return nil
 }
 
-// addKubeActors adds install-cni and the kube-controllers to g.
-func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
-	k := cfg.kube
+// kube builds install-cni and the kube-controllers, and says which
+// FELIX_* settings it takes and which it ignores.
+func (b *builder) kube(a *actors) error {
+	k := b.cfg.kube
 	for _, name := range k.felix.Unknown {
-		logger.Warn("ignoring unknown Felix setting: no FelixConfiguration field has this name", "env", name)
+		b.log.Warn("ignoring unknown Felix setting: no FelixConfiguration field has this name", "env", name)
 	}
 	for _, name := range k.felix.Bootstrap {
-		logger.Info("ignoring Felix bootstrap setting: calico-node takes it from its own configuration", "env", name)
+		b.log.Info("ignoring Felix bootstrap setting: calico-node takes it from its own configuration", "env", name)
 	}
 	if len(k.felix.Set) > 0 {
-		logger.Info("FELIX_* settings override FelixConfiguration", "env", k.felix.Set)
+		b.log.Info("FELIX_* settings override FelixConfiguration", "env", k.felix.Set)
 	}
 	if k.fileLogging {
-		logger.Info("CALICO_DISABLE_FILE_LOGGING=false: calico-node logs to stderr only")
+		b.log.Info("CALICO_DISABLE_FILE_LOGGING=false: calico-node logs to stderr only")
 	}
 
 	// install-cni: the CNI plugin and its configuration on this node.
 	if k.installCNI {
 		cni := k.cni
-		cni.Logger = logger
+		cni.Logger = b.log
 		// With an embedded etcd the endpoints are known only now.
 		if cni.EtcdEndpoints == "" {
-			cni.EtcdEndpoints = strings.Join(cfg.etcd.Endpoints, ",")
+			cni.EtcdEndpoints = strings.Join(b.cfg.etcd.Endpoints, ",")
 		}
 		in, err := cniinstall.New(cni)
 		if err != nil {
 			return err
 		}
-		// Install once before anything else runs, as Calico's install-cni
-		// init container does: when the node reports ready, kubelet
-		// already finds the plugin and its config.
-		if _, err := in.Sync(); err != nil {
-			return fmt.Errorf("install CNI plugin: %w", err)
-		}
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := in.Run(ctx)
-			logger.Info("install-cni stopped")
-			return err
-		}, func(error) { cancel() })
+		a.installCNI = in
 	}
 
 	// kube-controllers: leader-elected, on the datastore once connected.
@@ -176,32 +161,22 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 			return err
 		}
 		// client-go logs through klog; send it where everything else goes.
-		klog.SetSlogLogger(logger.With("component", "client-go"))
+		klog.SetSlogLogger(b.log.With("component", "client-go"))
 		// Not client-go's clientset: see package kube.
 		kc, err := kube.New(restCfg)
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			ctrl, err := controllers.New(controllers.Config{
-				Enabled:        k.controllers,
-				LeaseNamespace: k.leaseNS,
-				Identity:       cfg.node.NodeName,
-				Logger:         logger,
-				Registerer:     reg,
-			}, kc, store, ipam.New(store.Etcd(), store, logger.With("component", "ipam")))
-			if err != nil {
-				return err
-			}
-			err = ctrl.Run(ctx)
-			logger.Info("kube-controllers stopped")
+		a.controllers, err = controllers.New(controllers.Config{
+			Enabled:        k.controllers,
+			LeaseNamespace: k.leaseNS,
+			Identity:       b.cfg.node.NodeName,
+			Logger:         b.log,
+			Registerer:     b.reg,
+		}, kc, a.store, a.store.ipam(b.log.With("component", "ipam")))
+		if err != nil {
 			return err
-		}, func(error) { cancel() })
+		}
 	}
 	return nil
 }

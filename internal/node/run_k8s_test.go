@@ -127,7 +127,7 @@ func TestRunKubernetes(t *testing.T) {
 	ca, _ := os.ReadFile(kube.CAFile)
 	os.WriteFile(filepath.Join(sa, "ca.crt"), ca, 0o644)
 	os.WriteFile(filepath.Join(sa, "token"), []byte(kube.Token(t, "default", "default", time.Hour)), 0o600)
-	tmpl, err := os.ReadFile("cniinstall/testdata/seed-template.conf")
+	tmpl, err := os.ReadFile(filepath.Join("..", "..", "cniinstall", "testdata", "seed-template.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
