@@ -12,6 +12,7 @@ import (
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/confwatch"
@@ -32,7 +33,7 @@ type actors struct {
 	store           *storeFuture // resolved by startup
 	confwatch       *confwatch.Watcher
 	confwatchHealth *health.Reporter
-	routes          *routes.Table // nil unless BGP or the dataplane feeds it
+	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
 	felixConfig     *agent.FelixConfig
 	bgp             *bgp.Actor
 	dataplane       *dataplane
@@ -154,7 +155,7 @@ func (b *builder) routing(a *actors) error {
 	a.nl = nl
 	// Until FelixConfiguration is read, the environment's (or Felix's
 	// default) routeRefreshInterval.
-	a.routes = routes.New(nl, agent.RouteRefreshInterval(felix), b.log)
+	a.routes = routetable.New(nl, agent.RouteRefreshInterval(felix), b.log)
 	if b.cfg.bgp.enabled {
 		a.routes.Expect(routes.SourceBGP)
 	}
