@@ -61,8 +61,23 @@ type policyMetrics struct {
 	failures                       prometheus.Counter
 }
 
-// NewPolicy builds the policy actor. v6 may be nil.
-func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfaces, resync time.Duration, reg prometheus.Registerer, logger *slog.Logger) *Policy {
+// PolicyConfig configures the policy actor.
+type PolicyConfig struct {
+	Node string
+	// Resync is how often the kernel is read back and re-programmed when
+	// FelixConfiguration's iptablesRefreshInterval does not say.
+	Resync time.Duration
+	// HostInterfaces, if set, resolves host endpoints that give
+	// expectedIPs but no interface name.
+	HostInterfaces HostInterfaces
+	// Registerer, if set, gets the actor's metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// NewPolicy builds the policy actor, programming IPv4 through v4 and
+// IPv6 through v6 (nil: IPv6 policy is not programmed).
+func NewPolicy(cfg PolicyConfig, watch Subscriber, v4, v6 Applier) *Policy {
 	m := &policyMetrics{
 		endpoints: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_local_endpoints", Help: "Workload and host endpoints on this node."}),
 		policies:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_policies", Help: "Network policies and global network policies known."}),
@@ -73,12 +88,12 @@ func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfa
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_dataplane_apply_failures_total", Help: "Failed attempts to program policy."}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
 	}
 	return &Policy{
-		node: node, watch: watch, v4: v4, v6: v6, ifaces: ifaces, resync: resync,
-		log: logger.With("component", "policy"), metrics: m,
+		node: cfg.Node, watch: watch, v4: v4, v6: v6, ifaces: cfg.HostInterfaces, resync: cfg.Resync,
+		log: cfg.Logger.With("component", "policy"), metrics: m,
 		objs: map[confwatch.Key]api.Object{},
 	}
 }

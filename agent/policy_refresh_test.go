@@ -36,7 +36,7 @@ func TestPolicyRefreshIntervalFromFelixConfiguration(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	v4 := &countingApplier{}
-	p := NewPolicy("n1", w, v4, nil, nil, time.Hour, nil, quiet())
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Hour, Logger: quiet()}, w, v4, nil)
 	go p.Run(ctx)
 
 	// Only the hour-long default: one apply (the snapshot), then quiet.

@@ -148,7 +148,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 	w := confwatch.New(store, logger, nil)
 	applied := make(chan time.Time, 16)
 	ap := &notifyApplier{p: xtables.New(be, r, nil, logger), done: applied}
-	pol := agent.NewPolicy(nodeName, w, ap, nil, nil, time.Hour, nil, logger)
+	pol := agent.NewPolicy(agent.PolicyConfig{Node: nodeName, Resync: time.Hour, Logger: logger}, w, ap, nil)
 	pol.Overrides = &api.FelixConfigurationSpec{IPv6Support: new(bool)}
 	var wg sync.WaitGroup
 	wg.Add(2)

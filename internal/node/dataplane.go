@@ -53,8 +53,10 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// iptablesRefreshInterval (how soon a rule deleted by hand is
 	// restored) is read by the actor from the merged configuration: the
 	// default applies when neither FELIX_* nor the datastore sets it.
-	dp.policy = agent.NewPolicy(node, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6,
-		hostInterfaces, agent.DefaultRefreshInterval, b.reg, b.log)
+	dp.policy = agent.NewPolicy(agent.PolicyConfig{
+		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: hostInterfaces,
+		Registerer: b.reg, Logger: b.log,
+	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 
 	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log}, overlay.Deps{
