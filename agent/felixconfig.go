@@ -21,13 +21,10 @@ const DefaultRefreshInterval = 90 * time.Second
 // "node.<node>", then env (the FELIX_* environment; may be nil). objs is
 // an actor's cache of confwatch updates; other kinds in it are ignored.
 func FelixSpec(objs map[confwatch.Key]api.Object, node string, env *api.FelixConfigurationSpec) api.FelixConfigurationSpec {
-	spec := func(name string) *api.FelixConfigurationSpec {
-		if o, ok := objs[confwatch.Key{Kind: "FelixConfiguration", Name: name}].(*api.FelixConfiguration); ok {
-			return &o.Spec
-		}
-		return nil
-	}
-	return felixenv.Merge(spec("default"), spec("node."+node), env)
+	return felixenv.ForNode(node, func(name string) *api.FelixConfiguration {
+		c, _ := objs[confwatch.Key{Kind: "FelixConfiguration", Name: name}].(*api.FelixConfiguration)
+		return c
+	}, env)
 }
 
 // RouteRefreshInterval is how often routes and host veths are re-read and

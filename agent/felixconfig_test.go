@@ -19,6 +19,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
@@ -133,12 +134,12 @@ func felixConfig(name string, spec api.FelixConfigurationSpec) *api.FelixConfigu
 
 // startWatch connects a confwatch cache to a fresh real etcd and returns
 // the store to write through.
-func startWatch(t *testing.T) (*datastore.Store, *confwatch.Watcher, context.Context) {
+func startWatch(t *testing.T) (datastore.Store, *confwatch.Watcher, context.Context) {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}

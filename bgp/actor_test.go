@@ -23,6 +23,8 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -186,7 +188,7 @@ func startActor(t *testing.T, node string, kv *clientv3.Client, snapshot []confw
 		socket: filepath.Join(t.TempDir(), "bgp.sock"), done: make(chan error, 1)}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", node)
 	ta.a = New(Config{NodeName: node, StatusSocket: ta.socket, Logger: logger, ReadyThreshold: time.Hour, Secrets: SecretsDir(secrets)},
-		ta.updates, kv, ta.sink, ta.rep)
+		ta.updates, ipamStoreOf(t, kv), ta.sink, ta.rep)
 	ta.updates.ch <- snapshot
 	ctx, cancel := context.WithCancel(context.Background())
 	ta.cancel = cancel
@@ -351,4 +353,17 @@ func writeSecret(t *testing.T, dir, name, key, value string) {
 	if err := os.WriteFile(filepath.Join(dir, name, key), []byte(value), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ipamStoreOf is the IPAM store of the etcd kv talks to.
+func ipamStoreOf(t testing.TB, kv *clientv3.Client) IPAMStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: kv.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store.IPAM()
 }

@@ -77,7 +77,7 @@ type Actor struct {
 	cfg     Config
 	log     *slog.Logger
 	updates Updates
-	kv      Etcd
+	kv      IPAMStore
 	sink    RouteSink
 	rep     Reporter
 	now     func() time.Time
@@ -108,7 +108,7 @@ type metrics struct {
 // New builds the actor. updates must be a subscription to Kinds(); kv is
 // the etcd client the IPAM keys are read from; sink gets the learned
 // routes; rep, when not nil, gets readiness reports.
-func New(cfg Config, updates Updates, kv Etcd, sink RouteSink, rep Reporter) *Actor {
+func New(cfg Config, updates Updates, kv IPAMStore, sink RouteSink, rep Reporter) *Actor {
 	if cfg.ReadyThreshold == 0 {
 		cfg.ReadyThreshold = DefaultReadyThreshold
 	}
@@ -150,10 +150,13 @@ type state struct {
 	nodes   map[string]*calicoapi.Node
 	peers   map[string]*calicoapi.BGPPeer
 	configs map[string]*calicoapi.BGPConfiguration
-	pools   map[string]*calicoapi.IPPool
+	pools   map[string]calicoapi.Pool // parsed; a pool that does not parse is absent
 }
 
-func (st *state) apply(ups []confwatch.Update) {
+// apply folds confwatch updates into the state. An IPPool is parsed here,
+// once per change, so that a broken one is logged once and then absent
+// for export, import and blackholes alike.
+func (st *state) apply(ups []confwatch.Update, log *slog.Logger) {
 	for _, u := range ups {
 		name, del := u.Key.Name, u.Type == confwatch.Delete
 		switch o := u.Object.(type) {
@@ -164,7 +167,15 @@ func (st *state) apply(ups []confwatch.Update) {
 		case *calicoapi.BGPConfiguration:
 			setOrDelete(st.configs, name, o, del)
 		case *calicoapi.IPPool:
-			setOrDelete(st.pools, name, o, del)
+			delete(st.pools, name)
+			if del {
+				continue
+			}
+			if p, err := calicoapi.ParsePool(o); err != nil {
+				log.Warn("ignoring unusable IP pool", "err", err)
+			} else {
+				st.pools[name] = p
+			}
 		}
 	}
 }
@@ -254,7 +265,7 @@ func (a *Actor) Run(ctx context.Context) error {
 
 	st := &state{
 		nodes: map[string]*calicoapi.Node{}, peers: map[string]*calicoapi.BGPPeer{},
-		configs: map[string]*calicoapi.BGPConfiguration{}, pools: map[string]*calicoapi.IPPool{},
+		configs: map[string]*calicoapi.BGPConfiguration{}, pools: map[string]calicoapi.Pool{},
 	}
 	var (
 		haveConf, dirty, importDirty bool
@@ -272,7 +283,7 @@ func (a *Actor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case ups := <-confCh:
-			st.apply(ups)
+			st.apply(ups, a.log)
 			haveConf, dirty = true, true
 		case <-a.ipamDirty:
 			a.imu.Lock()
@@ -449,7 +460,7 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 			r.secrets = true
 		}
 	}
-	pools := make([]*calicoapi.IPPool, 0, len(st.pools))
+	pools := make([]calicoapi.Pool, 0, len(st.pools))
 	for _, p := range st.pools {
 		pools = append(pools, p)
 	}

@@ -54,7 +54,9 @@
 // overlay's), prefixes this node originates and its own subnet; routes in
 // IP-in-IP pools go through tunl0 (CrossSubnet: natively inside the
 // subnet). As in Calico, routes outside every pool (a ToR's default route)
-// are installed too.
+// are installed too. Pools are read through api.ParsePool when they
+// change; one that does not parse is logged with its name and counts as
+// absent for export, import and blackholes alike.
 //
 // Graceful restart is on for every session, with the restart time of
 // maxRestartTime / nodeMeshMaxRestartTime (default 120 s). Sessions of the

@@ -44,46 +44,29 @@ type IPAMState struct {
 // from.
 type RoutingInput struct {
 	Identity Identity
-	Pools    []*api.IPPool
+	// Pools are the IP pools, parsed (api.ParsePool).
+	Pools []api.Pool
 	// Global is BGPConfiguration "default", NodeConfig "node.<name>"; either
 	// may be nil.
 	Global, NodeConfig *api.BGPConfiguration
 	IPAM               IPAMState
 }
 
-type pool struct {
-	cidr         netip.Prefix
-	vxlan        bool
-	ipip         api.IPIPMode
-	exportDenied bool
-}
-
-func (in RoutingInput) pools() []pool {
-	var out []pool
-	for _, p := range in.Pools {
-		cidr, err := netip.ParsePrefix(p.Spec.CIDR)
-		if err != nil {
-			continue
-		}
-		pl := pool{cidr: cidr.Masked(), exportDenied: p.Spec.DisableBGPExport}
-		pl.vxlan = p.Spec.VXLANMode == api.VXLANModeAlways || p.Spec.VXLANMode == api.VXLANModeCrossSubnet
-		if p.Spec.IPIPMode == api.IPIPModeAlways || p.Spec.IPIPMode == api.IPIPModeCrossSubnet {
-			pl.ipip = p.Spec.IPIPMode
-		}
-		out = append(out, pl)
-	}
-	// Longest first, so that the most specific pool decides.
-	slices.SortFunc(out, func(a, b pool) int { return b.cidr.Bits() - a.cidr.Bits() })
+// pools are in.Pools longest prefix first, so that the most specific
+// pool decides.
+func (in RoutingInput) pools() []api.Pool {
+	out := slices.Clone(in.Pools)
+	slices.SortStableFunc(out, func(a, b api.Pool) int { return b.CIDR.Bits() - a.CIDR.Bits() })
 	return out
 }
 
-func poolOf(pools []pool, p netip.Prefix) (pool, bool) {
+func poolOf(pools []api.Pool, p netip.Prefix) (api.Pool, bool) {
 	for _, pl := range pools {
-		if pl.cidr.Addr().Is4() == p.Addr().Is4() && pl.cidr.Bits() <= p.Bits() && pl.cidr.Contains(p.Addr()) {
+		if pl.CIDR.Addr().Is4() == p.Addr().Is4() && pl.CIDR.Bits() <= p.Bits() && pl.CIDR.Contains(p.Addr()) {
 			return pl, true
 		}
 	}
-	return pool{}, false
+	return api.Pool{}, false
 }
 
 // serviceCIDRs are the service ranges BGPConfiguration asks every node to
@@ -160,7 +143,7 @@ func Adverts(in RoutingInput) []Advert {
 	pools := in.pools()
 	denied := func(p netip.Prefix) bool {
 		pl, ok := poolOf(pools, p)
-		return ok && pl.exportDenied
+		return ok && pl.DisableBGPExport
 	}
 	set := map[netip.Prefix]bool{}
 	var out []Advert
@@ -318,7 +301,7 @@ func Blackholes(in RoutingInput) []routes.Route {
 		if b.IsSingleIP() {
 			continue
 		}
-		if pl, ok := poolOf(pools, b); ok && pl.vxlan {
+		if pl, ok := poolOf(pools, b); ok && pl.VXLANOn() {
 			continue
 		}
 		out = append(out, routes.Route{Dst: b.Masked(), Type: routes.Blackhole})
@@ -365,10 +348,10 @@ func KernelRoutes(learned []Learned, in RoutingInput, originated []Advert) []rou
 		}
 		r := routes.Route{Dst: l.Prefix, Via: l.NextHop}
 		if pl, ok := poolOf(pools, l.Prefix); ok {
-			if pl.vxlan {
+			if pl.VXLANOn() {
 				continue
 			}
-			switch pl.ipip {
+			switch pl.IPIPMode {
 			case api.IPIPModeAlways:
 				r.Dev, r.OnLink = ImportDevice, true
 			case api.IPIPModeCrossSubnet:
@@ -421,10 +404,10 @@ type ExportFilter struct {
 func Filter(in RoutingInput, sessions []Session) ExportFilter {
 	var f ExportFilter
 	for _, pl := range in.pools() {
-		if pl.exportDenied {
-			f.Reject = append(f.Reject, pl.cidr)
+		if pl.DisableBGPExport {
+			f.Reject = append(f.Reject, pl.CIDR)
 		} else {
-			f.Accept = append(f.Accept, pl.cidr)
+			f.Accept = append(f.Accept, pl.CIDR)
 		}
 	}
 	f.Exact = in.serviceCIDRs()

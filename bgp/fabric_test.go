@@ -20,6 +20,7 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -62,7 +63,7 @@ type fabric struct {
 	prefix string
 	bridge string
 	etcd   *etcdtest.Server
-	store  *datastore.Store
+	store  datastore.Store
 	kv     *clientv3.Client
 	vethN  int
 }
@@ -75,7 +76,7 @@ func newFabric(t testing.TB) *fabric {
 	f.kv = f.etcd.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: f.etcd.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: f.etcd.Endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,114 +3,106 @@ package bgp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/projectcalico/calico-node/internal/datastore"
 )
 
 // IPAM keys (Calico's libcalico-go model, v3.31). The ipam package keeps
 // its key parsing and block model unexported, so the little this package
 // needs is parsed here.
 const (
-	ipamPrefix       = "/calico/ipam/v2/"
-	ipamHostPrefix   = ipamPrefix + "host/"
-	ipamBlockPrefix  = ipamPrefix + "assignment/"
-	affinityPending  = "pending"
-	hostAffinityTag  = "host:"
-	attrNode         = "node"
-	ipamRetryBackoff = 5 * time.Second
+	ipamPrefix      = "/calico/ipam/v2/"
+	ipamHostPrefix  = ipamPrefix + "host/"
+	ipamBlockPrefix = ipamPrefix + "assignment/"
+	affinityPending = "pending"
+	hostAffinityTag = "host:"
+	attrNode        = "node"
 )
 
-// Etcd is the part of the etcd client the IPAM watch uses: one list,
-// then a watch; *clientv3.Client implements it.
-type Etcd interface {
-	Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error)
-	Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan
+// IPAMStore is where the IPAM keys are watched: a datastore.Store's IPAM().
+type IPAMStore interface {
+	Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent
 }
 
 // ipamWatch follows this node's block affinities and the allocations its
 // workloads hold in other nodes' blocks.
 //
-// Design: one Get of the IPAM prefix, then one watch of it from the next
-// revision; a compacted revision (or any watch failure) starts over with a
-// fresh Get. The state is owned by the Run goroutine; every change hands a
-// complete IPAMState to publish.
+// Design: one KV watch of the IPAM prefix, which starts (and restarts after
+// any failure) with a Reset of everything. The state is owned by the Run
+// goroutine; every batch of changes hands a complete IPAMState to publish.
 type ipamWatch struct {
-	kv      Etcd
+	kv      IPAMStore
 	node    string
 	log     *slog.Logger
 	publish func(IPAMState)
 
 	affinities map[netip.Prefix]bool   // own blocks, affinity not pending
 	borrowed   map[string][]netip.Addr // block key -> our addresses in it
-	last       *IPAMState              // last published
+	synced     bool
+	last       *IPAMState // last published
 }
 
-func newIPAMWatch(kv Etcd, node string, logger *slog.Logger, publish func(IPAMState)) *ipamWatch {
-	return &ipamWatch{kv: kv, node: node, log: logger, publish: publish}
+func newIPAMWatch(kv IPAMStore, node string, logger *slog.Logger, publish func(IPAMState)) *ipamWatch {
+	return &ipamWatch{kv: kv, node: node, log: logger, publish: publish,
+		affinities: map[netip.Prefix]bool{}, borrowed: map[string][]netip.Addr{}}
 }
 
-// Run lists and watches until ctx ends.
+// Run watches until ctx ends.
 func (w *ipamWatch) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := w.listAndWatch(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		w.log.Warn("IPAM watch failed; relisting", "err", err, "backoff", ipamRetryBackoff)
+	events := w.kv.Watch(ctx, ipamPrefix)
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(ipamRetryBackoff):
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			changed := w.handle(ev)
+			// Fold everything already queued into one state.
+			for more := true; more; {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						return
+					}
+					changed = w.handle(ev) || changed
+				default:
+					more = false
+				}
+			}
+			if changed && w.synced {
+				w.emit()
+			}
 		}
 	}
 }
 
-func (w *ipamWatch) listAndWatch(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := w.kv.Get(lctx, ipamPrefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
-		return fmt.Errorf("list %s: %w", ipamPrefix, err)
-	}
-	w.affinities = map[netip.Prefix]bool{}
-	w.borrowed = map[string][]netip.Addr{}
-	for _, kv := range resp.Kvs {
-		w.apply(string(kv.Key), kv.Value, false)
-	}
-	w.emit()
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer wcancel()
-	ch := w.kv.Watch(wctx, ipamPrefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	for wr := range ch {
-		if err := wr.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return fmt.Errorf("watch %s: revision compacted: %w", ipamPrefix, err)
-			}
-			return fmt.Errorf("watch %s: %w", ipamPrefix, err)
+// handle folds one event into the state and reports whether it mattered.
+func (w *ipamWatch) handle(ev datastore.KVEvent) bool {
+	switch ev.Type {
+	case datastore.KVReset:
+		clear(w.affinities)
+		clear(w.borrowed)
+		for _, kv := range ev.Snapshot {
+			w.apply(kv.Key, kv.Value, false)
 		}
-		changed := false
-		for _, ev := range wr.Events {
-			if w.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == mvccpb.DELETE) {
-				changed = true
-			}
-		}
-		if changed {
-			w.emit()
-		}
+		w.synced = true
+		return true
+	case datastore.KVPut:
+		return w.apply(ev.KV.Key, ev.KV.Value, false)
+	case datastore.KVDelete:
+		return w.apply(ev.KV.Key, nil, true)
 	}
-	if ctx.Err() != nil {
-		return nil
+	if ev.Err != nil {
+		w.log.Warn("IPAM watch failed; relisting", "err", ev.Err)
 	}
-	return errors.New("watch channel closed")
+	return false
 }
 
 // apply folds one key into the state and reports whether it mattered.

@@ -20,6 +20,16 @@ func ippool(name, cidr string, f func(*api.IPPoolSpec)) *api.IPPool {
 	return p
 }
 
+// parsedPool is ippool parsed, as the actor passes pools on; it panics on
+// an invalid one (test data, like netip.MustParsePrefix).
+func parsedPool(name, cidr string, f func(*api.IPPoolSpec)) api.Pool {
+	pl, err := api.ParsePool(ippool(name, cidr, f))
+	if err != nil {
+		panic(err)
+	}
+	return pl
+}
+
 func prefixes(ss ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
@@ -57,10 +67,10 @@ var testID = Identity{
 }
 
 func TestAdverts(t *testing.T) {
-	pools := []*api.IPPool{
-		ippool("p", "10.244.0.0/16", nil),
-		ippool("noexport", "10.250.0.0/16", func(s *api.IPPoolSpec) { s.DisableBGPExport = true }),
-		ippool("v6", "fd00:10::/48", nil),
+	pools := []api.Pool{
+		parsedPool("p", "10.244.0.0/16", nil),
+		parsedPool("noexport", "10.250.0.0/16", func(s *api.IPPoolSpec) { s.DisableBGPExport = true }),
+		parsedPool("v6", "fd00:10::/48", nil),
 	}
 	tests := []struct {
 		name string
@@ -166,11 +176,11 @@ func routeStrings(rs []routes.Route) []string {
 }
 
 func TestKernelRoutes(t *testing.T) {
-	pools := []*api.IPPool{
-		ippool("native", "10.244.0.0/16", nil),
-		ippool("vxlan", "10.245.0.0/16", func(s *api.IPPoolSpec) { s.VXLANMode = api.VXLANModeAlways }),
-		ippool("ipip", "10.246.0.0/16", func(s *api.IPPoolSpec) { s.IPIPMode = api.IPIPModeAlways }),
-		ippool("ipip-cross", "10.247.0.0/16", func(s *api.IPPoolSpec) { s.IPIPMode = api.IPIPModeCrossSubnet }),
+	pools := []api.Pool{
+		parsedPool("native", "10.244.0.0/16", nil),
+		parsedPool("vxlan", "10.245.0.0/16", func(s *api.IPPoolSpec) { s.VXLANMode = api.VXLANModeAlways }),
+		parsedPool("ipip", "10.246.0.0/16", func(s *api.IPPoolSpec) { s.IPIPMode = api.IPIPModeAlways }),
+		parsedPool("ipip-cross", "10.247.0.0/16", func(s *api.IPPoolSpec) { s.IPIPMode = api.IPIPModeCrossSubnet }),
 	}
 	l := func(p, nh string) Learned {
 		return Learned{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(nh), Peer: netip.MustParseAddr(nh)}
@@ -207,7 +217,7 @@ func TestKernelRoutes(t *testing.T) {
 
 func TestBlackholes(t *testing.T) {
 	in := RoutingInput{
-		Pools: []*api.IPPool{ippool("vx", "10.245.0.0/16", func(s *api.IPPoolSpec) { s.VXLANMode = api.VXLANModeCrossSubnet })},
+		Pools: []api.Pool{parsedPool("vx", "10.245.0.0/16", func(s *api.IPPoolSpec) { s.VXLANMode = api.VXLANModeCrossSubnet })},
 		IPAM:  IPAMState{Blocks: prefixes("10.244.1.0/26", "10.245.1.0/26", "10.244.9.9/32")},
 	}
 	got := routeStrings(Blackholes(in))
@@ -218,9 +228,9 @@ func TestBlackholes(t *testing.T) {
 
 func TestFilter(t *testing.T) {
 	in := RoutingInput{
-		Pools: []*api.IPPool{
-			ippool("a", "10.244.0.0/16", nil),
-			ippool("b", "10.250.0.0/16", func(s *api.IPPoolSpec) { s.DisableBGPExport = true }),
+		Pools: []api.Pool{
+			parsedPool("a", "10.244.0.0/16", nil),
+			parsedPool("b", "10.250.0.0/16", func(s *api.IPPoolSpec) { s.DisableBGPExport = true }),
 		},
 		Global: bgpConfig("default", func(s *api.BGPConfigurationSpec) {
 			s.ServiceExternalIPs = []api.ServiceExternalIPBlock{{CIDR: "203.0.113.0/24"}}

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
@@ -115,7 +116,7 @@ func BenchmarkConfwatch(b *testing.B) {
 	kv := srv.Client(b)
 	populate(b, kv)
 	ctx := context.Background()
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -15,7 +16,7 @@ import (
 func TestFollowsRealEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}

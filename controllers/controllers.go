@@ -98,7 +98,7 @@ type Config struct {
 }
 
 // Store is the Calico datastore as the controllers use it;
-// *datastore.Store implements it.
+// datastore.Store implements it.
 type Store interface {
 	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
 	List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error)

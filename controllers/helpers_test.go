@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -27,7 +28,7 @@ import (
 type env struct {
 	ctx   context.Context
 	kube  *kubetest.Cluster
-	store *datastore.Store
+	store datastore.Store
 	ipam  *ipam.Client
 	logs  *syncBuffer
 }
@@ -38,12 +39,12 @@ func newEnv(t *testing.T) *env {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &env{ctx: ctx, kube: kube, store: store, ipam: ipam.New(store.Etcd(), store, nil), logs: &syncBuffer{}}
+	e := &env{ctx: ctx, kube: kube, store: store, ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", e.logs.String())

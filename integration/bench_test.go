@@ -19,6 +19,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -131,7 +132,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := etcdtest.Start(b)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -54,7 +55,7 @@ type node struct {
 	t       *testing.T
 	ctx     context.Context
 	etcd    *etcdtest.Server
-	store   *datastore.Store
+	store   datastore.Store
 	kube    *fakeKube
 	binDir  string
 	dataDir string
@@ -71,7 +72,7 @@ func newNode(t *testing.T) *node {
 	t.Cleanup(cancel)
 	n := &node{t: t, ctx: ctx, binDir: testbin.Dir(t), dataDir: t.TempDir()}
 	n.etcd = etcdtest.Start(t)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: n.etcd.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: n.etcd.Endpoints})
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
@@ -88,6 +89,7 @@ func newNode(t *testing.T) *node {
 			"type":           "calico",
 			"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
 			"nodename":       nodeName,
+			"mtu":            1500, // not the machine's /var/lib/calico/mtu
 			"ipam_lock_file": filepath.Join(t.TempDir(), "ipam.lock"),
 			"ipam":           map[string]any{"type": "calico-ipam"},
 			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},

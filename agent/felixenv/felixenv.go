@@ -22,7 +22,7 @@
 // Merge layers specs field by field, as Felix layers its config sources:
 // Merge(default, node.<name>, environment) is the configuration in effect
 // on a node. Every consumer of a FelixConfiguration field reads it from
-// that one merge.
+// that one merge; ForNode picks the layers for a node.
 //
 // # Design
 //
@@ -35,7 +35,7 @@
 //
 // # Thread safety
 //
-// Parse and Merge have no state and may be called concurrently.
+// Parse, Merge and ForNode have no state and may be called concurrently.
 package felixenv
 
 import (

@@ -35,3 +35,19 @@ func Merge(layers ...*api.FelixConfigurationSpec) api.FelixConfigurationSpec {
 	}
 	return out
 }
+
+// ForNode is the FelixConfiguration in effect on node:
+// Merge(default, node.<node>, env). lookup returns the FelixConfiguration
+// of a name, nil when there is none; env is the FELIX_* environment's spec
+// (nil for none). Every actor that reads FelixConfiguration goes through
+// here, so that the resource names and the order of layers are written
+// once.
+func ForNode(node string, lookup func(name string) *api.FelixConfiguration, env *api.FelixConfigurationSpec) api.FelixConfigurationSpec {
+	spec := func(name string) *api.FelixConfigurationSpec {
+		if c := lookup(name); c != nil {
+			return &c.Spec
+		}
+		return nil
+	}
+	return Merge(spec("default"), spec("node."+node), env)
+}

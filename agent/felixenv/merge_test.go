@@ -81,3 +81,23 @@ func TestMergeLeavesLayersAlone(t *testing.T) {
 		t.Errorf("layers changed: default %q, node %q", global.LogSeverityScreen, node.LogSeverityScreen)
 	}
 }
+
+// TestForNode: the node's own FelixConfiguration and the environment are
+// layered over "default"; another node's configuration does not count.
+func TestForNode(t *testing.T) {
+	mtu := func(v int) *int { return &v }
+	configs := map[string]*api.FelixConfiguration{
+		"default":    {ObjectMeta: api.ObjectMeta{Name: "default"}, Spec: api.FelixConfigurationSpec{VXLANMTU: mtu(1400), IPIPMTU: mtu(1300), LogSeverityScreen: "Warning"}},
+		"node.node1": {ObjectMeta: api.ObjectMeta{Name: "node.node1"}, Spec: api.FelixConfigurationSpec{VXLANMTU: mtu(1350), LogSeverityScreen: "Debug"}},
+		"node.node2": {ObjectMeta: api.ObjectMeta{Name: "node.node2"}, Spec: api.FelixConfigurationSpec{IPIPMTU: mtu(1000)}},
+	}
+	lookup := func(name string) *api.FelixConfiguration { return configs[name] }
+	got := ForNode("node1", lookup, &api.FelixConfigurationSpec{LogSeverityScreen: "Error"})
+	if *got.VXLANMTU != 1350 || *got.IPIPMTU != 1300 || got.LogSeverityScreen != "Error" {
+		t.Errorf("node1: vxlanMTU %d ipipMTU %d logSeverityScreen %s, want 1350 1300 Error", *got.VXLANMTU, *got.IPIPMTU, got.LogSeverityScreen)
+	}
+	got = ForNode("node3", lookup, nil)
+	if *got.VXLANMTU != 1400 || *got.IPIPMTU != 1300 || got.LogSeverityScreen != "Warning" {
+		t.Errorf("node3: vxlanMTU %d ipipMTU %d logSeverityScreen %s, want the default's", *got.VXLANMTU, *got.IPIPMTU, got.LogSeverityScreen)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
-	"github.com/projectcalico/calico-node/internal/model/selector"
 )
 
 // Device names, as Calico's felix names them.
@@ -43,36 +42,23 @@ type Settings struct {
 	IPIPMTU                   int
 }
 
-// SettingsFor merges the FelixConfigurations "default" and
-// "node.<node>" (the node's own wins field by field) over felix's
-// defaults.
-func SettingsFor(node string, configs []*api.FelixConfiguration) Settings {
+// SettingsFor reads the overlay's settings from spec, the
+// FelixConfiguration in effect on the node (felixenv.ForNode: default,
+// node.<name>, then the FELIX_* environment). A number that is unset or
+// not positive is felix's default, as 0 means "the default" in Calico.
+func SettingsFor(spec api.FelixConfigurationSpec) Settings {
 	s := Settings{
 		VXLANEnabled: true, IPIPEnabled: true,
 		VXLANVNI: DefaultVXLANVNI, VXLANPort: DefaultVXLANPort,
 		VXLANMTU: DefaultVXLANMTU, VXLANMTUV6: DefaultVXLANMTUV6, IPIPMTU: DefaultIPIPMTU,
 	}
-	var global, own *api.FelixConfigurationSpec
-	for _, c := range configs {
-		switch c.Name {
-		case "default":
-			global = &c.Spec
-		case "node." + node:
-			own = &c.Spec
-		}
-	}
-	for _, spec := range []*api.FelixConfigurationSpec{global, own} {
-		if spec == nil {
-			continue
-		}
-		setBool(&s.VXLANEnabled, spec.VXLANEnabled)
-		setBool(&s.IPIPEnabled, spec.IPIPEnabled)
-		setInt(&s.VXLANVNI, spec.VXLANVNI)
-		setInt(&s.VXLANPort, spec.VXLANPort)
-		setInt(&s.VXLANMTU, spec.VXLANMTU)
-		setInt(&s.VXLANMTUV6, spec.VXLANMTUV6)
-		setInt(&s.IPIPMTU, spec.IPIPMTU)
-	}
+	setBool(&s.VXLANEnabled, spec.VXLANEnabled)
+	setBool(&s.IPIPEnabled, spec.IPIPEnabled)
+	setInt(&s.VXLANVNI, spec.VXLANVNI)
+	setInt(&s.VXLANPort, spec.VXLANPort)
+	setInt(&s.VXLANMTU, spec.VXLANMTU)
+	setInt(&s.VXLANMTUV6, spec.VXLANMTUV6)
+	setInt(&s.IPIPMTU, spec.IPIPMTU)
 	return s
 }
 
@@ -93,7 +79,9 @@ func setInt(dst *int, v *int) {
 type Input struct {
 	NodeName string
 	Nodes    map[string]*api.Node
-	Pools    []*api.IPPool
+	// Pools are the IP pools, parsed (api.ParsePool); their order does not
+	// matter.
+	Pools    []api.Pool
 	Blocks   ipam.BlockSnapshot
 	Settings Settings
 	// ParentDev and ParentDevV6 are the interfaces holding this node's
@@ -158,62 +146,20 @@ type Desired struct {
 	IPIPRoutes []routes.Route
 }
 
-// pool is the part of an IPPool the overlay needs, parsed.
-type pool struct {
-	name     string
-	cidr     netip.Prefix
-	vxlan    api.VXLANMode
-	ipip     api.IPIPMode
-	disabled bool
-	selector string
-	tunnel   bool // allowedUses include Tunnel
-}
+// active reports whether the pool takes part in tunnelling this node's
+// traffic: not disabled and not being deleted.
+func active(p api.Pool) bool { return !p.Disabled && !p.Deleting }
 
-func parsePools(objs []*api.IPPool) []pool {
-	var out []pool
-	for _, p := range objs {
-		cidr, err := netip.ParsePrefix(p.Spec.CIDR)
-		if err != nil {
-			continue
-		}
-		tunnel := len(p.Spec.AllowedUses) == 0 || slices.Contains(p.Spec.AllowedUses, api.IPPoolAllowedUseTunnel)
-		out = append(out, pool{
-			name: p.Name, cidr: cidr.Masked(), vxlan: p.Spec.VXLANMode, ipip: p.Spec.IPIPMode,
-			disabled: p.Spec.Disabled || p.DeletionTimestamp != "", selector: p.Spec.NodeSelector, tunnel: tunnel,
-		})
-	}
-	slices.SortFunc(out, func(a, b pool) int { return cmp.Compare(a.name, b.name) })
-	return out
-}
-
-func (p pool) vxlanOn() bool {
-	return p.vxlan == api.VXLANModeAlways || p.vxlan == api.VXLANModeCrossSubnet
-}
-
-func (p pool) ipipOn() bool {
-	return p.ipip == api.IPIPModeAlways || p.ipip == api.IPIPModeCrossSubnet
-}
-
-// selects evaluates the pool's nodeSelector ("" = all nodes) against the
-// node's labels; an unparsable selector selects nothing.
-func (p pool) selects(n *api.Node) bool {
-	if strings.TrimSpace(p.selector) == "" {
-		return true
-	}
-	sel, err := selector.Parse(p.selector)
-	if err != nil {
-		return false
-	}
-	return sel.Evaluate(n.Labels)
-}
+// selects reports whether the pool's nodeSelector selects n.
+func selects(p api.Pool, n *api.Node) bool { return p.NodeSelector.Evaluate(n.Labels) }
 
 // poolOf is the pool containing a (the most specific one, should pools
 // overlap).
-func poolOf(pools []pool, a netip.Addr) (pool, bool) {
-	var best pool
+func poolOf(pools []api.Pool, a netip.Addr) (api.Pool, bool) {
+	var best api.Pool
 	found := false
 	for _, p := range pools {
-		if p.cidr.Contains(a) && (!found || p.cidr.Bits() > best.cidr.Bits()) {
+		if p.CIDR.Contains(a) && (!found || p.CIDR.Bits() > best.CIDR.Bits()) {
 			best, found = p, true
 		}
 	}
@@ -322,7 +268,9 @@ func Compute(in Input) Desired {
 	if me == nil {
 		return d
 	}
-	pools := parsePools(in.Pools)
+	// By name, so that equally specific overlapping pools resolve the
+	// same way whatever the caller's order.
+	pools := slices.SortedFunc(slices.Values(in.Pools), func(a, b api.Pool) int { return cmp.Compare(a.Name, b.Name) })
 
 	// Local devices.
 	if in.Settings.VXLANEnabled {
@@ -357,8 +305,8 @@ func Compute(in Input) Desired {
 	if in.Settings.IPIPEnabled {
 		var want []PoolMode
 		for _, p := range pools {
-			if p.ipipOn() && !p.disabled && p.cidr.Addr().Is4() && p.selects(me) {
-				want = append(want, PoolMode{Name: p.name, Mode: string(p.ipip)})
+			if p.IPIPOn() && active(p) && p.Version() == 4 && selects(p, me) {
+				want = append(want, PoolMode{Name: p.Name, Mode: string(p.IPIPMode)})
 			}
 		}
 		if len(want) > 0 {
@@ -399,7 +347,7 @@ func Compute(in Input) Desired {
 			fam, parent = 6, in.ParentDevV6
 		}
 		switch {
-		case p.vxlanOn():
+		case p.VXLANOn():
 			spec := d.VXLAN
 			if fam == 6 {
 				spec = d.VXLANV6
@@ -407,7 +355,7 @@ func Compute(in Input) Desired {
 			if spec == nil {
 				continue
 			}
-			if p.vxlan == api.VXLANModeCrossSubnet {
+			if p.VXLANMode == api.VXLANModeCrossSubnet {
 				if ip, ok := sameSubnet(me, remote, fam); ok {
 					d.Routes = append(d.Routes, routes.Route{Dst: ds.dst, Via: ip, Dev: parent})
 					continue
@@ -418,11 +366,11 @@ func Compute(in Input) Desired {
 				continue // its tunnel address is not allocated yet
 			}
 			d.Routes = append(d.Routes, routes.Route{Dst: ds.dst, Dev: spec.Name, Via: v.TunnelAddr, OnLink: true})
-		case p.ipipOn() && fam == 4:
+		case p.IPIPOn() && fam == 4:
 			if d.IPIP == nil {
 				continue
 			}
-			if p.ipip == api.IPIPModeCrossSubnet {
+			if p.IPIPMode == api.IPIPModeCrossSubnet {
 				if ip, ok := sameSubnet(me, remote, fam); ok {
 					d.Routes = append(d.Routes, routes.Route{Dst: ds.dst, Via: ip, Dev: parent})
 					continue

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -275,11 +276,11 @@ func TestComputeRoutes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := SettingsFor("node1", nil)
+			s := SettingsFor(api.FelixConfigurationSpec{})
 			if tc.settings != nil {
 				tc.settings(&s)
 			}
-			d := Compute(Input{NodeName: "node1", Nodes: tc.nodes, Pools: tc.pools, Blocks: tc.blocks, Settings: s, ParentDev: "eth0"})
+			d := Compute(Input{NodeName: "node1", Nodes: tc.nodes, Pools: parsed(t, tc.pools...), Blocks: tc.blocks, Settings: s, ParentDev: "eth0"})
 			if got := routeStrings(d.Routes); !slices.Equal(got, tc.want) {
 				t.Errorf("routes:\n got %q\nwant %q", got, tc.want)
 			}
@@ -304,12 +305,12 @@ func TestComputeDevice(t *testing.T) {
 	in := Input{
 		NodeName: "node1",
 		Nodes:    nodes(me),
-		Pools:    []*api.IPPool{testPool("p", "10.244.0.0/16", vxlanMode(api.VXLANModeAlways))},
-		Settings: SettingsFor("node1", []*api.FelixConfiguration{
+		Pools:    parsed(t, testPool("p", "10.244.0.0/16", vxlanMode(api.VXLANModeAlways))),
+		Settings: SettingsFor(forNode("node1", nil,
 			felixConfig("default", func(s *api.FelixConfigurationSpec) { s.VXLANMTU, s.VXLANVNI = ptr(1400), ptr(7) }),
 			felixConfig("node.node1", func(s *api.FelixConfigurationSpec) { s.VXLANMTU = ptr(1350) }),
 			felixConfig("node.other", func(s *api.FelixConfigurationSpec) { s.VXLANPort = ptr(1) }),
-		}),
+		)),
 		ParentDev: "eth0", ParentDevV6: "eth1",
 	}
 	d := Compute(in)
@@ -343,8 +344,8 @@ func TestComputeIPv6Routes(t *testing.T) {
 	n2 := testNode("node2", "", vxlan6("2001:db8:1::12/64", "fd00:10::41", mac2))
 	n3 := testNode("node3", "", vxlan6("2001:db8:2::13/64", "fd00:10::81", mac3))
 	d := Compute(Input{
-		NodeName: "node1", Nodes: nodes(n1, n2, n3), ParentDevV6: "eth0", Settings: SettingsFor("node1", nil),
-		Pools:  []*api.IPPool{testPool("p6", "fd00:10::/48", vxlanMode(api.VXLANModeCrossSubnet))},
+		NodeName: "node1", Nodes: nodes(n1, n2, n3), ParentDevV6: "eth0", Settings: SettingsFor(api.FelixConfigurationSpec{}),
+		Pools:  parsed(t, testPool("p6", "fd00:10::/48", vxlanMode(api.VXLANModeCrossSubnet))),
 		Blocks: blocks("fd00:10::/122", "node1", "fd00:10::40/122", "node2", "fd00:10::80/122", "node3"),
 	})
 	want := []string{
@@ -379,7 +380,7 @@ func Test003Scenario(t *testing.T) {
 		"b1": {"10.102.1.0/26 via 10.102.1.0 dev vxlan.calico onlink"},
 		"b2": {"10.102.0.0/26 via 10.102.0.0 dev vxlan.calico onlink"},
 	} {
-		d := Compute(Input{NodeName: name, Nodes: all, Pools: pools, Blocks: bl, Settings: SettingsFor(name, nil)})
+		d := Compute(Input{NodeName: name, Nodes: all, Pools: parsed(t, pools...), Blocks: bl, Settings: SettingsFor(api.FelixConfigurationSpec{})})
 		if got := routeStrings(d.Routes); !slices.Equal(got, want) {
 			t.Errorf("%s routes %q, want %q", name, got, want)
 		}
@@ -438,6 +439,86 @@ func TestDerivedMAC(t *testing.T) {
 	if _, err := net.ParseMAC(m.String()); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestSettingsFor: the overlay's settings follow the one FelixConfiguration
+// merge (default, node.<name>, FELIX_* environment) over felix's defaults.
+func TestSettingsFor(t *testing.T) {
+	defaults := Settings{VXLANEnabled: true, IPIPEnabled: true, VXLANVNI: 4096, VXLANPort: 4789,
+		VXLANMTU: 1450, VXLANMTUV6: 1430, IPIPMTU: 1440}
+	with := func(edit func(*Settings)) Settings {
+		s := defaults
+		edit(&s)
+		return s
+	}
+	tests := []struct {
+		name    string
+		configs []*api.FelixConfiguration
+		env     *api.FelixConfigurationSpec
+		want    Settings
+	}{
+		{name: "nothing configured: felix's defaults", want: defaults},
+		{
+			name: "the node's config wins over default field by field; other nodes' do not count",
+			configs: []*api.FelixConfiguration{
+				felixConfig("default", func(s *api.FelixConfigurationSpec) { s.VXLANMTU, s.IPIPMTU = ptr(1400), ptr(1300) }),
+				felixConfig("node.node1", func(s *api.FelixConfigurationSpec) { s.VXLANMTU, s.VXLANEnabled = ptr(1350), ptr(false) }),
+				felixConfig("node.node2", func(s *api.FelixConfigurationSpec) { s.VXLANPort = ptr(1) }),
+			},
+			want: with(func(s *Settings) { s.VXLANMTU, s.IPIPMTU, s.VXLANEnabled = 1350, 1300, false }),
+		},
+		{
+			name: "the FELIX_* environment wins over both",
+			configs: []*api.FelixConfiguration{
+				felixConfig("default", func(s *api.FelixConfigurationSpec) { s.VXLANMTU = ptr(1400) }),
+				felixConfig("node.node1", func(s *api.FelixConfigurationSpec) { s.VXLANMTU, s.IPIPEnabled = ptr(1350), ptr(false) }),
+			},
+			env:  &api.FelixConfigurationSpec{VXLANMTU: ptr(1300), IPIPEnabled: ptr(true)},
+			want: with(func(s *Settings) { s.VXLANMTU = 1300 }),
+		},
+		{
+			name: "an explicit 0 is felix's default",
+			configs: []*api.FelixConfiguration{
+				felixConfig("default", func(s *api.FelixConfigurationSpec) { s.VXLANMTU, s.VXLANVNI = ptr(1400), ptr(7) }),
+				felixConfig("node.node1", func(s *api.FelixConfigurationSpec) { s.VXLANMTU = ptr(0) }),
+			},
+			want: with(func(s *Settings) { s.VXLANVNI = 7 }),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SettingsFor(forNode("node1", tc.env, tc.configs...)); got != tc.want {
+				t.Errorf("settings\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// forNode is the FelixConfiguration in effect on node, merged as the
+// actor merges it.
+func forNode(node string, env *api.FelixConfigurationSpec, configs ...*api.FelixConfiguration) api.FelixConfigurationSpec {
+	return felixenv.ForNode(node, func(name string) *api.FelixConfiguration {
+		for _, c := range configs {
+			if c.Name == name {
+				return c
+			}
+		}
+		return nil
+	}, env)
+}
+
+// parsed parses test pools as the actor does; they must be valid.
+func parsed(t *testing.T, pools ...*api.IPPool) []api.Pool {
+	t.Helper()
+	var out []api.Pool
+	for _, p := range pools {
+		q, err := api.ParsePool(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 func felixConfig(name string, edit func(*api.FelixConfigurationSpec)) *api.FelixConfiguration {

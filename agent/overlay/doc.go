@@ -29,6 +29,13 @@
 // tunl0 and reported (log and readiness detail) naming the pool, while
 // VXLAN and everything else carry on.
 //
+// Pools are read through api.ParsePool when they change; one that does
+// not parse is logged with its name and left out, as every other consumer
+// leaves it out. The FelixConfiguration settings (vxlanEnabled, ipipEnabled,
+// the VNI, port and MTUs) come from the one merge every actor uses,
+// felixenv.ForNode: "default", then "node.<name>", then the FELIX_*
+// environment (Config.FelixEnv).
+//
 // # Design
 //
 //	confwatch (Node, IPPool, FelixConfiguration) ─┐

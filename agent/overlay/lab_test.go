@@ -23,6 +23,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -162,7 +163,7 @@ func (l *lab) start(name string) {
 			l.t.Logf("%s log:\n%s", name, n.logs)
 		}
 	})
-	store, err := datastore.New(l.ds.ctx, datastore.Config{Endpoints: l.etcd.Endpoints})
+	store, err := etcd.New(l.ds.ctx, datastore.Config{Endpoints: l.etcd.Endpoints})
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -172,9 +173,9 @@ func (l *lab) start(name string) {
 	n.health = &fakeHealth{}
 	ov := New(Config{NodeName: name, Resync: 3 * time.Second, Logger: logger}, Deps{
 		Updates: w.Subscribe(Kinds()...),
-		Blocks:  EtcdBlocks(store.Etcd(), logger),
+		Blocks:  StoreBlocks(store.IPAM(), logger),
 		Store:   store,
-		IPAM:    ipam.New(store.Etcd(), store, logger),
+		IPAM:    ipam.New(store.IPAM(), store, logger),
 		Kernel:  n.nl,
 		Routes:  table,
 		Health:  n.health,

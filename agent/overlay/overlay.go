@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -40,11 +40,11 @@ type Reporter interface {
 	Report(live, ready bool, detail string)
 }
 
-// BlockWatch streams block affinities; EtcdBlocks makes one.
+// BlockWatch streams block affinities; StoreBlocks makes one.
 type BlockWatch func(ctx context.Context) <-chan ipam.BlockSnapshot
 
-// EtcdBlocks is the BlockWatch of ipam.WatchBlocks on kv.
-func EtcdBlocks(kv *clientv3.Client, logger *slog.Logger) BlockWatch {
+// StoreBlocks is the BlockWatch of ipam.WatchBlocks on kv.
+func StoreBlocks(kv datastore.KV, logger *slog.Logger) BlockWatch {
 	return func(ctx context.Context) <-chan ipam.BlockSnapshot { return ipam.WatchBlocks(ctx, kv, logger) }
 }
 
@@ -58,6 +58,9 @@ type Config struct {
 	// Resync is the periodic full reconcile; 0 means DefaultResync.
 	Resync time.Duration
 	Logger *slog.Logger
+	// FelixEnv is the FELIX_* environment's FelixConfiguration (nil for
+	// none); it outranks the datastore's, as in every other actor.
+	FelixEnv *api.FelixConfigurationSpec
 }
 
 // Deps are the actor's collaborators.
@@ -88,7 +91,7 @@ type Overlay struct {
 
 	// State below is owned by Run.
 	nodes  map[string]*api.Node
-	pools  map[string]*api.IPPool
+	pools  map[string]api.Pool // parsed; a pool that does not parse is absent
 	felix  map[string]*api.FelixConfiguration
 	blocks ipam.BlockSnapshot
 	// last is the state last applied (for the health summary); lastIPIP
@@ -111,7 +114,7 @@ func New(cfg Config, deps Deps) *Overlay {
 		cfg: cfg, deps: deps, log: logger,
 		kernel: &kernel{nl: deps.Kernel, log: logger},
 		nodes:  map[string]*api.Node{},
-		pools:  map[string]*api.IPPool{},
+		pools:  map[string]api.Pool{},
 		felix:  map[string]*api.FelixConfiguration{},
 	}
 }
@@ -232,10 +235,13 @@ func (o *Overlay) apply(ups []confwatch.Update) (alloc, kern bool) {
 			}
 			kern = true
 		case *api.IPPool:
-			if u.Type == confwatch.Delete {
-				delete(o.pools, u.Key.Name)
-			} else {
-				o.pools[u.Key.Name] = obj
+			delete(o.pools, u.Key.Name)
+			if u.Type != confwatch.Delete {
+				if p, err := api.ParsePool(obj); err != nil {
+					o.log.Warn("ignoring unusable IP pool", "err", err)
+				} else {
+					o.pools[u.Key.Name] = p
+				}
 			}
 			alloc, kern = true, true
 		case *api.FelixConfiguration:
@@ -298,11 +304,8 @@ func (o *Overlay) input() (Input, error) {
 	for _, name := range slices.Sorted(maps.Keys(o.pools)) {
 		in.Pools = append(in.Pools, o.pools[name])
 	}
-	var felix []*api.FelixConfiguration
-	for _, name := range slices.Sorted(maps.Keys(o.felix)) {
-		felix = append(felix, o.felix[name])
-	}
-	in.Settings = SettingsFor(o.cfg.NodeName, felix)
+	in.Settings = SettingsFor(felixenv.ForNode(o.cfg.NodeName,
+		func(name string) *api.FelixConfiguration { return o.felix[name] }, o.cfg.FelixEnv))
 	me := o.nodes[o.cfg.NodeName]
 	for _, fam := range []int{4, 6} {
 		ip, _, ok := NodeAddr(me, fam)

@@ -16,7 +16,7 @@ import (
 )
 
 // Store is the part of the datastore tunnel address allocation uses;
-// *datastore.Store implements it.
+// datastore.Store implements it.
 type Store interface {
 	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
 	List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error)
@@ -47,7 +47,7 @@ type tunnel struct {
 	attrType string
 	handle   string // printf format with the node name
 	family   int
-	wants    func(pool) bool
+	wants    func(api.Pool) bool
 	get      func(*api.Node) string
 	set      func(*api.Node, string)
 }
@@ -58,7 +58,7 @@ func tunnelKinds() []tunnel {
 	return []tunnel{
 		{
 			attrType: AttrTypeIPIP, handle: "ipip-tunnel-addr-%s", family: 4,
-			wants: pool.ipipOn,
+			wants: api.Pool.IPIPOn,
 			get:   ipipAddrOf,
 			set: func(n *api.Node, s string) {
 				if n.Spec.BGP == nil {
@@ -76,13 +76,13 @@ func tunnelKinds() []tunnel {
 		},
 		{
 			attrType: AttrTypeVXLAN, handle: "vxlan-tunnel-addr-%s", family: 4,
-			wants: pool.vxlanOn,
+			wants: api.Pool.VXLANOn,
 			get:   func(n *api.Node) string { return n.Spec.IPv4VXLANTunnelAddr },
 			set:   func(n *api.Node, s string) { n.Spec.IPv4VXLANTunnelAddr = s },
 		},
 		{
 			attrType: AttrTypeVXLANV6, handle: "vxlan-v6-tunnel-addr-%s", family: 6,
-			wants: pool.vxlanOn,
+			wants: api.Pool.VXLANOn,
 			get:   func(n *api.Node) string { return n.Spec.IPv6VXLANTunnelAddr },
 			set:   func(n *api.Node, s string) { n.Spec.IPv6VXLANTunnelAddr = s },
 		},
@@ -103,14 +103,10 @@ func HandleID(attrType, node string) string {
 // tunnelPools are the pools a node's tunnel address of kind t may come
 // from, in IPAM's preference order (by name): enabled pools of t's family
 // with t's encapsulation on, that allow Tunnel use and select the node.
-func tunnelPools(t tunnel, n *api.Node, pools []pool) []pool {
-	var out []pool
+func tunnelPools(t tunnel, n *api.Node, pools []api.Pool) []api.Pool {
+	var out []api.Pool
 	for _, p := range pools {
-		fam := 4
-		if p.cidr.Addr().Is6() {
-			fam = 6
-		}
-		if fam == t.family && t.wants(p) && !p.disabled && p.tunnel && p.selects(n) {
+		if p.Version() == t.family && t.wants(p) && active(p) && p.Allows(api.IPPoolAllowedUseTunnel) && selects(p, n) {
 			out = append(out, p)
 		}
 	}
@@ -153,13 +149,10 @@ func EnsureTunnelAddrs(ctx context.Context, store Store, ipamc IPAM, nodeName st
 		if err != nil {
 			return nil, fmt.Errorf("list IP pools: %w", err)
 		}
-		var poolObjs []*api.IPPool
-		for _, o := range objs {
-			if p, ok := o.(*api.IPPool); ok {
-				poolObjs = append(poolObjs, p)
-			}
+		pools, errs := api.ParsePools(objs)
+		for _, err := range errs {
+			log.Warn("ignoring unusable IP pool", "err", err)
 		}
-		pools := parsePools(poolObjs)
 
 		before := nodeTunnelState(node)
 		for _, t := range tunnelKinds() {
@@ -225,11 +218,11 @@ func nodeTunnelState(n *api.Node) tunnelState {
 
 // ensureTunnelAddr returns the address the node should record for t, and
 // whether it was allocated just now.
-func ensureTunnelAddr(ctx context.Context, ipamc IPAM, t tunnel, node *api.Node, usable []pool, log *slog.Logger) (netip.Addr, bool, error) {
+func ensureTunnelAddr(ctx context.Context, ipamc IPAM, t tunnel, node *api.Node, usable []api.Pool, log *slog.Logger) (netip.Addr, bool, error) {
 	handle := fmt.Sprintf(t.handle, node.Name)
 	log = log.With("type", t.attrType, "handle", handle)
 	inUsable := func(a netip.Addr) bool {
-		return slices.ContainsFunc(usable, func(p pool) bool { return p.cidr.Contains(a) })
+		return slices.ContainsFunc(usable, func(p api.Pool) bool { return p.CIDR.Contains(a) })
 	}
 	held, err := ipamc.IPsByHandle(ctx, handle)
 	if err != nil {
@@ -275,9 +268,9 @@ func ensureTunnelAddr(ctx context.Context, ipamc IPAM, t tunnel, node *api.Node,
 	args := ipam.AutoAssignArgs{HandleID: handle, Node: node.Name, Attrs: tunnelAttrs(t, node.Name), Use: api.IPPoolAllowedUseTunnel}
 	for _, p := range usable {
 		if t.family == 4 {
-			args.IPv4Pools = append(args.IPv4Pools, p.cidr.String())
+			args.IPv4Pools = append(args.IPv4Pools, p.CIDR.String())
 		} else {
-			args.IPv6Pools = append(args.IPv6Pools, p.cidr.String())
+			args.IPv6Pools = append(args.IPv6Pools, p.CIDR.String())
 		}
 	}
 	if t.family == 4 {

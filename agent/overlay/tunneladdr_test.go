@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -17,7 +18,7 @@ import (
 // dsFixture is one etcd with a store and an IPAM client.
 type dsFixture struct {
 	ctx   context.Context
-	store *datastore.Store
+	store datastore.Store
 	ipam  *ipam.Client
 }
 
@@ -25,12 +26,12 @@ func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.Etcd(), store, nil)}
+	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
 }
 
 func (f *dsFixture) apply(t *testing.T, objs ...api.Object) {
@@ -213,7 +214,7 @@ func TestEnsureTunnelAddrsIPIPAndIPv6(t *testing.T) {
 // racingStore changes the Node behind the allocator's back just before
 // its first update, so that the compare-and-swap fails once.
 type racingStore struct {
-	*datastore.Store
+	datastore.Store
 	raced bool
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -711,12 +712,12 @@ func testNodeRemoval(t *testing.T, r *rcluster, pods []*pod) {
 		t.Fatal(err)
 	}
 	// calicoctl's node deletion takes the node's block affinities too.
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: []string{r.c.etcdURL()}})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: []string{r.c.etcdURL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if blocks, err := ipam.New(store.Etcd(), store, slog.New(slog.DiscardHandler)).AffineBlocks(ctx, nodeName(gone)); err != nil || len(blocks) != 0 {
+	if blocks, err := ipam.New(store.IPAM(), store, slog.New(slog.DiscardHandler)).AffineBlocks(ctx, nodeName(gone)); err != nil || len(blocks) != 0 {
 		t.Fatalf("after calicoctl delete node: blocks still affine to %s: %v %v", nodeName(gone), blocks, err)
 	}
 

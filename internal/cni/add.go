@@ -294,7 +294,7 @@ func (inv *invocation) assignDelegated(ctx context.Context, tx *addTx, pod *podI
 
 // writeEndpointAndProfile writes the pod's WorkloadEndpoint and, when it
 // names the network's profile, that profile, both at once.
-func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, store *datastore.Store, ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix) error {
+func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, store datastore.Store, ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix) error {
 	ep, err := inv.newEndpoint(ids, pod, existing, addrs, tx.vcfg.hostName, tx.veth.contMAC.String())
 	if err != nil {
 		return err
@@ -326,7 +326,7 @@ func (inv *invocation) addResult(vcfg vethConfig, veth *pendingVeth, pn podNetwo
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: vcfg.hostName, Mac: hostVethMAC().String()},
+			{Name: vcfg.hostName, Mac: HostVethMAC().String()},
 			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: vcfg.mtu, Sandbox: inv.sandbox()},
 		},
 		DNS: pn.dns,
@@ -351,7 +351,7 @@ func (inv *invocation) addResult(vcfg vethConfig, veth *pendingVeth, pn podNetwo
 // network, or a new interface name): no new veth or address; the
 // endpoint gains this network's profile and the result reports the
 // endpoint's addresses.
-func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store, ep *api.WorkloadEndpoint, netns ns.NetNS) error {
+func (inv *invocation) addToExisting(ctx context.Context, store datastore.Store, ep *api.WorkloadEndpoint, netns ns.NetNS) error {
 	inv.logger.Info("container already has an endpoint: reusing it", "endpoint", ep.Name)
 	profile := profileName(inv.conf.Name)
 	if !slices.Contains(ep.Spec.Profiles, profile) {
@@ -366,7 +366,7 @@ func (inv *invocation) addToExisting(ctx context.Context, store *datastore.Store
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: ep.Spec.InterfaceName, Mac: hostVethMAC().String()},
+			{Name: ep.Spec.InterfaceName, Mac: HostVethMAC().String()},
 			{Name: ep.Spec.Endpoint, Mac: ep.Spec.MAC, Sandbox: inv.sandbox()},
 		},
 		DNS: inv.conf.DNS,
@@ -401,7 +401,7 @@ func (inv *invocation) releaseEndpointIPs(ctx context.Context, ep *api.WorkloadE
 	defer cancel()
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
 	defer unlock()
-	if _, err := ipam.New(store.Etcd(), store, inv.logger).ReleaseIPs(ctx, ips...); err != nil {
+	if _, err := ipam.New(store.IPAM(), store, inv.logger).ReleaseIPs(ctx, ips...); err != nil {
 		return ipamError(fmt.Errorf("release the old addresses of %s: %w", ep.Name, err))
 	}
 	return nil
@@ -463,7 +463,7 @@ func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.
 // writeEndpoint creates the endpoint, or updates the one the workload
 // already has (a Kubernetes pod's new sandbox), conditional on the
 // revision read.
-func writeEndpoint(ctx context.Context, store *datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
+func writeEndpoint(ctx context.Context, store datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
 	defer cancel()
 	if existing != nil {
@@ -516,8 +516,11 @@ func profileName(network string) string {
 // config has no policy section, as Calico does: egress open, ingress from the network's
 // own endpoints (from anywhere for Kubernetes pods), and the network name
 // as a label on every member. An existing profile is never changed.
-func (inv *invocation) ensureProfile(ctx context.Context, store *datastore.Store, ids workloadIDs) error {
-	if inv.conf.Policy.Type != "" {
+//
+// On the Kubernetes datastore profiles are computed from Namespaces and
+// ServiceAccounts and cannot be written; Calico's plugin writes none there.
+func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store, ids workloadIDs) error {
+	if inv.conf.Policy.Type != "" || store.Type() == datastore.TypeKubernetes {
 		return nil
 	}
 	name := profileName(inv.conf.Name)

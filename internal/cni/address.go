@@ -58,7 +58,7 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 	if err != nil {
 		return nil, err
 	}
-	client := ipam.New(store.Etcd(), store, inv.logger.With("component", "ipam"))
+	client := ipam.New(store.IPAM(), store, inv.logger.With("component", "ipam"))
 	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
 	defer cancel()
 	handle := handleID(inv.conf.Name, inv.args.ContainerID)
@@ -127,7 +127,7 @@ func (inv *invocation) calicoRelease(ctx context.Context, containerID string) er
 	if err != nil {
 		return err
 	}
-	client := ipam.New(store.Etcd(), store, inv.logger.With("component", "ipam"))
+	client := ipam.New(store.IPAM(), store, inv.logger.With("component", "ipam"))
 	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
 	defer cancel()
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -96,6 +93,10 @@ func (w workloadIDs) matches(ep *api.WorkloadEndpoint) bool {
 	return s.ContainerID == w.containerID
 }
 
+// HostVethPrefix starts the host veth's name unless FELIX_INTERFACEPREFIX
+// names another prefix.
+const HostVethPrefix = "cali"
+
 // hostVethName is the host end's name, exactly as Calico derives it:
 // for Kubernetes pods "cali" + the first 11 hex digits of
 // sha1("<namespace>.<pod>") (the agent can compute it from the pod alone),
@@ -104,7 +105,7 @@ func (w workloadIDs) matches(ep *api.WorkloadEndpoint) bool {
 func (w workloadIDs) hostVethName() string {
 	prefix := w.vethPrefix
 	if prefix == "" {
-		prefix = "cali"
+		prefix = HostVethPrefix
 	}
 	if w.orchestrator == api.OrchestratorKubernetes {
 		sum := sha1.Sum([]byte(w.namespace + "." + w.pod))
@@ -114,35 +115,25 @@ func (w workloadIDs) hostVethName() string {
 }
 
 // findEndpoint returns the workload's existing endpoint, whatever its
-// interface, or nil. It is one ranged etcd read of the workload's key
-// prefix, not a list of the namespace.
-func findEndpoint(ctx context.Context, store *datastore.Store, w workloadIDs) (*api.WorkloadEndpoint, error) {
+// interface, or nil. It reads the endpoints named after the workload (one
+// ranged etcd read, or the pod itself on Kubernetes), not the namespace.
+func findEndpoint(ctx context.Context, store datastore.Store, w workloadIDs) (*api.WorkloadEndpoint, error) {
 	prefix, err := w.namePrefix()
 	if err != nil {
 		return nil, err
 	}
-	key := endpointKey(w.namespace, prefix)
 	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
 	defer cancel()
-	resp, err := store.Etcd().Get(ctx, key, clientv3.WithPrefix())
+	objs, err := store.ListPrefix(ctx, "WorkloadEndpoint", w.namespace, prefix)
 	if err != nil {
 		return nil, datastoreError(fmt.Errorf("look up workload endpoints %s/%s*: %w", w.namespace, prefix, err))
 	}
-	for _, kv := range resp.Kvs {
-		var ep api.WorkloadEndpoint
-		if err := json.Unmarshal(kv.Value, &ep); err != nil {
-			continue // not ours to judge; datastore readers skip it too
-		}
-		ep.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
-		if w.matches(&ep) {
-			return &ep, nil
+	for _, o := range objs {
+		if ep, ok := o.(*api.WorkloadEndpoint); ok && w.matches(ep) {
+			return ep, nil
 		}
 	}
 	return nil, nil
-}
-
-func endpointKey(namespace, name string) string {
-	return datastore.Prefix + "workloadendpoints/" + namespace + "/" + name
 }
 
 // datastoreError classifies a datastore failure for the runtime: an

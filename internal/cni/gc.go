@@ -9,7 +9,6 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
@@ -96,18 +95,18 @@ func (inv *invocation) gc(ctx context.Context, endpoints bool) error {
 // whose container is not valid and whose addresses were allocated by this
 // node (the allocation's "node" attribute), or whose endpoint on this node
 // was stale.
-func (inv *invocation) gcHandles(ctx context.Context, store *datastore.Store, valid, stale map[string]bool) error {
+func (inv *invocation) gcHandles(ctx context.Context, store datastore.Store, valid, stale map[string]bool) error {
 	prefix := ipam.HandleKey(handleID(inv.conf.Name, ""))
-	resp, err := store.Etcd().Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	kvs, _, err := store.IPAM().List(ctx, prefix, true)
 	if err != nil {
 		return datastoreError(fmt.Errorf("list IPAM handles: %w", err))
 	}
-	client := ipam.New(store.Etcd(), store, inv.logger)
+	client := ipam.New(store.IPAM(), store, inv.logger)
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
 	defer unlock()
 	var errs []error
-	for _, kv := range resp.Kvs {
-		handle := strings.TrimPrefix(string(kv.Key), ipam.HandleKey(""))
+	for _, kv := range kvs {
+		handle := strings.TrimPrefix(kv.Key, ipam.HandleKey(""))
 		cid := strings.TrimPrefix(handle, handleID(inv.conf.Name, ""))
 		if cid == "" || strings.Contains(cid, ".") || valid[cid] {
 			continue

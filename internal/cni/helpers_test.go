@@ -25,6 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -103,7 +104,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	srv := etcdtest.Start(t, srvOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{
+	store, err := etcd.New(ctx, datastore.Config{
 		Endpoints: srv.Endpoints, CACertFile: srv.CACertFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile,
 	})
 	if err != nil {
@@ -119,7 +120,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	tmp := t.TempDir()
 	e := &env{
-		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.Etcd(), store, nil)},
+		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)},
 		binDir:   binDir,
 		cacheDir: filepath.Join(tmp, "cache"),
 		dataDir:  filepath.Join(tmp, "host-local"),
@@ -135,7 +136,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // conn is the test's own datastore connection, shared by the env's
 // copies (see in) so that reconnect fixes it for all of them.
 type conn struct {
-	store *datastore.Store
+	store datastore.Store
 	kv    *clientv3.Client
 	ipam  *ipam.Client
 }
@@ -144,14 +145,14 @@ type conn struct {
 // client would wait out its reconnect backoff).
 func (e *env) reconnect() {
 	e.t.Helper()
-	store, err := datastore.New(e.ctx, datastore.Config{
+	store, err := etcd.New(e.ctx, datastore.Config{
 		Endpoints: e.etcd.Endpoints, CACertFile: e.etcd.CACertFile, CertFile: e.etcd.CertFile, KeyFile: e.etcd.KeyFile,
 	})
 	if err != nil {
 		e.t.Fatalf("reopen datastore: %v", err)
 	}
 	old := e.conn.store
-	*e.conn = conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.Etcd(), store, nil)}
+	*e.conn = conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)}
 	old.Close()
 }
 
@@ -176,7 +177,9 @@ func (e *env) addPool(name, cidr string, blockSize int) {
 }
 
 // conf is a calico network config for this env: etcd, node name, lock
-// file and the given fields merged in ("ipam", "cniVersion", ...).
+// file, MTU and the given fields merged in ("ipam", "cniVersion", ...).
+// Node name and MTU are explicit so that the plugin never reads the
+// machine's /var/lib/calico (TestNodename and TestMTU cover the defaults).
 func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 	e.t.Helper()
 	c := map[string]any{
@@ -186,6 +189,7 @@ func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 		"etcd_endpoints": strings.Join(e.etcd.Endpoints, ","),
 		"nodename":       e.node,
 		"ipam_lock_file": e.lockFile,
+		"mtu":            1500,
 		"log_level":      "debug",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}
@@ -253,6 +257,23 @@ func newPod(t testing.TB, k8s ...string) *pod {
 		rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", k8s[0]}, {"K8S_POD_NAME", k8s[1]}, {"K8S_POD_INFRA_CONTAINER_ID", id}}
 	}
 	return &pod{ns: podNS, name: filepath.Base(podNS.Path()), rt: rt}
+}
+
+// dropPath removes the pod namespace's path, as a runtime does when it
+// tears a sandbox down, while a reference keeps the namespace itself (and
+// the veth into it) alive until the test ends: the kernel has not
+// destroyed it yet, which under load lasts a while.
+func (p *pod) dropPath(t testing.TB) {
+	t.Helper()
+	hold, err := os.Open(p.ns.Path())
+	if err != nil {
+		t.Fatalf("hold pod netns: %v", err)
+	}
+	t.Cleanup(func() { hold.Close() })
+	p.ns.Close()
+	if out := ipOut(t, nil, "netns", "delete", p.name); out != "" {
+		t.Logf("ip netns delete: %s", out)
+	}
 }
 
 // add runs ADD through libcni as a runtime does.

@@ -74,7 +74,7 @@ func (inv *invocation) withBlockMask(ctx context.Context, a netip.Prefix) netip.
 	}
 	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
 	defer cancel()
-	h, err := ipam.New(store.Etcd(), store, inv.logger).Lookup(ctx, a.Addr())
+	h, err := ipam.New(store.IPAM(), store, inv.logger).Lookup(ctx, a.Addr())
 	if err != nil || !h.Block.IsValid() {
 		inv.logger.Debug("no block for address; reporting it as a host address", "address", a, "err", err)
 		return a
@@ -101,7 +101,7 @@ func (inv *invocation) ipamCheck(ctx context.Context) error {
 	handle := handleID(inv.conf.Name, inv.args.ContainerID)
 	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
 	defer cancel()
-	held, err := ipam.New(store.Etcd(), store, inv.logger).IPsByHandle(ctx, handle)
+	held, err := ipam.New(store.IPAM(), store, inv.logger).IPsByHandle(ctx, handle)
 	if err != nil {
 		return datastoreError(fmt.Errorf("addresses of %s: %w", handle, err))
 	}

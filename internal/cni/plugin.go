@@ -23,6 +23,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
 
 // Plugin names as installed in the CNI bin dir.
@@ -131,7 +132,7 @@ type host struct {
 	logTo  io.Writer           // nil: os.Stderr
 	// stores hands out a shared, already connected store for a config;
 	// nil: connect for this invocation and close after it.
-	stores func(context.Context, datastore.Config) (*datastore.Store, error)
+	stores func(context.Context, datastore.Config) (datastore.Store, error)
 	// netnsName is the runtime's name for the namespace when args.Netns
 	// is a descriptor path (/proc/self/fd/N) of the agent's: results
 	// report it, and the namespace is checked against it while it is
@@ -168,7 +169,7 @@ type invocation struct {
 	// requestedIP is CNI_ARGS "IP=" (calico-ipam only).
 	requestedIP string
 
-	store       *datastore.Store
+	store       datastore.Store
 	sharedStore bool // the host's: not closed with the invocation
 
 	// start and last time the command's phases (debug log).
@@ -229,7 +230,7 @@ func parseCNIArgs(s string) map[string]string {
 }
 
 // datastore connects to etcd on first use.
-func (inv *invocation) datastore(ctx context.Context) (*datastore.Store, error) {
+func (inv *invocation) datastore(ctx context.Context) (datastore.Store, error) {
 	if inv.store != nil {
 		return inv.store, nil
 	}
@@ -237,16 +238,19 @@ func (inv *invocation) datastore(ctx context.Context) (*datastore.Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	connect, shared := datastore.New, false
+	open, shared := connect.New, false
 	if inv.host.stores != nil {
-		connect, shared = inv.host.stores, true
+		open, shared = inv.host.stores, true
 	}
-	store, err := connect(ctx, cfg)
+	store, err := open(ctx, cfg)
 	if err != nil {
 		var cfgErr *datastore.ConfigError
 		if errors.As(err, &cfgErr) {
 			field := "etcd_ca_cert_file/etcd_cert_file/etcd_key_file"
-			if len(cfg.Endpoints) == 0 {
+			switch {
+			case cfg.Type == datastore.TypeKubernetes:
+				field = "kubernetes"
+			case len(cfg.Endpoints) == 0:
 				field = "etcd_endpoints"
 			}
 			return nil, configError(field, "%v", err)

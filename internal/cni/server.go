@@ -25,6 +25,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
 
 // Server runs the CNI commands that plugin processes on this node forward
@@ -49,7 +50,7 @@ type Server struct {
 	netns string // cnientry.NetNSID of the agent
 
 	mu     sync.Mutex
-	stores map[string]*datastore.Store
+	stores map[string]datastore.Store
 	kubes  map[[sha256.Size]byte]*k8sAPI
 
 	// Served and Declined count requests (tests; metrics below).
@@ -68,7 +69,7 @@ func NewServer(path string, reg prometheus.Registerer, logger *slog.Logger) *Ser
 		reg.MustRegister(m)
 	}
 	return &Server{path: path, log: logger.With("component", "cni-server"), metrics: m,
-		stores: map[string]*datastore.Store{}, kubes: map[[sha256.Size]byte]*k8sAPI{}}
+		stores: map[string]datastore.Store{}, kubes: map[[sha256.Size]byte]*k8sAPI{}}
 }
 
 // Run listens until ctx ends, then waits for the commands in flight (each
@@ -325,7 +326,7 @@ func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS
 }
 
 // store returns the shared store for cfg, connecting on first use.
-func (s *Server) store(ctx context.Context, cfg datastore.Config) (*datastore.Store, error) {
+func (s *Server) store(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
 	key := strings.Join(slices.Concat(cfg.Endpoints, []string{cfg.CACertFile, cfg.CertFile, cfg.KeyFile}), "\x00")
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -335,7 +336,7 @@ func (s *Server) store(ctx context.Context, cfg datastore.Config) (*datastore.St
 	// The store outlives the invocation that opened it: it logs to the
 	// agent, not to that invocation's stderr.
 	cfg.Logger = s.log
-	st, err := datastore.New(ctx, cfg)
+	st, err := connect.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

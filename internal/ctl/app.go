@@ -11,6 +11,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
 
 // NewApp is calicoctl as a standalone app (the binary run as `calicoctl`).
@@ -28,6 +29,8 @@ func NewApp() *cli.App {
 func GlobalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "client config file", Value: DefaultConfigFile},
+		&cli.StringFlag{Name: "datastore-type", Usage: "etcdv3 or kubernetes (overrides DATASTORE_TYPE and the config file)"},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig for the kubernetes datastore (overrides KUBECONFIG and the config file)"},
 		&cli.StringFlag{Name: "etcd-endpoints", Usage: "comma-separated etcd endpoints (overrides ETCD_ENDPOINTS and the config file)"},
 		&cli.StringFlag{Name: "etcd-key-file", Usage: "client key file for etcd TLS"},
 		&cli.StringFlag{Name: "etcd-cert-file", Usage: "client certificate file for etcd TLS"},
@@ -95,7 +98,7 @@ func Commands() []*cli.Command {
 type session struct {
 	ctx    context.Context
 	c      *cli.Context
-	store  *datastore.Store
+	store  datastore.Store
 	out    io.Writer
 	errOut io.Writer
 	stdin  io.Reader
@@ -110,7 +113,7 @@ func withSession(fn func(*session) error) cli.ActionFunc {
 		}
 		ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
 		defer cancel()
-		store, err := datastore.New(ctx, cfg.Config)
+		store, err := connect.New(ctx, cfg.Config)
 		if err != nil {
 			return fmt.Errorf("connect to datastore: %w", err)
 		}
@@ -129,10 +132,12 @@ func configFromContext(c *cli.Context, getenv func(string) string) (ClientConfig
 	s.overlay(file)
 	s.overlay(envSettings(getenv))
 	s.overlay(settings{
-		endpoints: c.String("etcd-endpoints"),
-		keyFile:   c.String("etcd-key-file"),
-		certFile:  c.String("etcd-cert-file"),
-		caFile:    c.String("etcd-ca-cert-file"),
+		datastoreType: c.String("datastore-type"),
+		kubeconfig:    c.String("kubeconfig"),
+		endpoints:     c.String("etcd-endpoints"),
+		keyFile:       c.String("etcd-key-file"),
+		certFile:      c.String("etcd-cert-file"),
+		caFile:        c.String("etcd-ca-cert-file"),
 	})
 	return s.resolve()
 }

@@ -126,7 +126,7 @@ func ipamStrings(c *cli.Context, name string) []string {
 }
 
 func (s *session) ipam() *ipam.Client {
-	return ipam.New(s.store.Etcd(), s.store, slog.New(slog.NewTextHandler(s.errOut, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return ipam.New(s.store.IPAM(), s.store, slog.New(slog.NewTextHandler(s.errOut, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
 func parseIPFlag(s string) (netip.Addr, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
@@ -54,12 +55,12 @@ func newIPAMFixture(t *testing.T) *ipamFixture {
 	if r := f.c.run(ipamResources, "apply", "-f", "-"); r.err != nil {
 		t.Fatalf("apply: %v %s", r.err, r.stderr)
 	}
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: f.c.etcd.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: f.c.etcd.Endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	f.ipam = ipam.New(store.Etcd(), store, nil)
+	f.ipam = ipam.New(store.IPAM(), store, nil)
 	assign := func(node, handle string) netip.Addr {
 		v4, _, err := f.ipam.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: node,
 			Attrs: map[string]string{"namespace": "default", "pod": strings.TrimPrefix(handle, "k8s-pod-network.")}})

@@ -260,7 +260,7 @@ func (s *session) deleteOne(r ref) (api.Object, error) {
 		return nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.Etcd(), s.store, quiet), r.name, quiet); err != nil {
+	if err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.IPAM(), s.store, quiet), r.name, quiet); err != nil {
 		return nil, fmt.Errorf("delete node %s: %w", r.name, err)
 	}
 	return node, nil

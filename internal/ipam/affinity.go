@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrBlockNotEmpty: ReleaseHostAffinities was asked to release only empty
@@ -27,14 +25,14 @@ func (c *Client) ReleaseHostAffinities(ctx context.Context, node string, mustBeE
 	if node == "" {
 		return nil, errors.New("release host affinities: node must be set")
 	}
-	resp, err := c.kv.Get(ctx, nodeAffinityPrefix(node), clientv3.WithPrefix())
+	kvs, _, err := c.kv.List(ctx, nodeAffinityPrefix(node), true)
 	if err != nil {
 		return nil, fmt.Errorf("release affinities of %s: %w", node, err)
 	}
 	var released []netip.Prefix
 	var errs []error
-	for _, kv := range resp.Kvs {
-		n, cidr, ok := parseAffinityKey(string(kv.Key))
+	for _, kv := range kvs {
+		n, cidr, ok := parseAffinityKey(kv.Key)
 		if !ok || n != node {
 			continue
 		}
@@ -66,8 +64,8 @@ func (c *Client) releaseAffinity(ctx context.Context, node string, cidr netip.Pr
 		if snap[akey].rev == 0 {
 			return false, nil
 		}
+		// The block first, then its affinity (see txn on the order).
 		t := &txn{}
-		t.del(akey)
 		if b := c.snapBlock(snap, bkey); b != nil && b.host() == node {
 			switch {
 			case b.empty():
@@ -87,6 +85,7 @@ func (c *Client) releaseAffinity(ctx context.Context, node string, cidr netip.Pr
 			// stale affinity key goes, and only if the block stays so.
 			t.keys = append(t.keys, bkey)
 		}
+		t.del(akey)
 		ok, _, err := c.commit(ctx, snap, t)
 		if err != nil {
 			return false, fmt.Errorf("block %s: %w", cidr, err)

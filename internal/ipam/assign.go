@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
@@ -212,7 +210,7 @@ func (c *Client) attrs(in map[string]string, node string) map[string]string {
 type family struct {
 	version int
 	n       int
-	pools   []pool
+	pools   []api.Pool
 }
 
 // plan is one attempt at an allocation: the blocks, affinities and handle
@@ -277,7 +275,7 @@ func (c *Client) planFamily(ctx context.Context, p *plan, f family) error {
 	e := p.env
 	need := f.n
 	poolIndex := func(cidr netip.Prefix) int {
-		return slices.IndexFunc(f.pools, func(q pool) bool { return q.cidr.Contains(cidr.Addr()) && q.blockSize == cidr.Bits() })
+		return slices.IndexFunc(f.pools, func(q api.Pool) bool { return q.CIDR.Contains(cidr.Addr()) && q.BlockSize == cidr.Bits() })
 	}
 
 	// 1. Blocks affine to the node in the usable pools, in pool preference
@@ -371,7 +369,7 @@ func (c *Client) planFamily(ctx context.Context, p *plan, f family) error {
 	if need > 0 {
 		cidrs := make([]string, len(f.pools))
 		for i, q := range f.pools {
-			cidrs[i] = q.cidr.String()
+			cidrs[i] = q.CIDR.String()
 		}
 		if e.cfg.StrictAffinity {
 			return fmt.Errorf("%w: IPv%d pools %s (strict affinity: the node's blocks are full and no block is free to claim)",
@@ -392,13 +390,13 @@ func (c *Client) freeBlock(ctx context.Context, p *plan, f family) (netip.Prefix
 		return netip.Prefix{}, false, err
 	}
 	for _, q := range f.pools {
-		n := numBlocks(q.cidr, q.blockSize)
+		n := numBlocks(q.CIDR, q.BlockSize)
 		start := nodeHash(e.node) % n
 		// Walk past existing blocks and wholly reserved ones; the bound
 		// keeps a huge IPv6 pool with a huge reservation from spinning.
 		limit := uint64(len(existing)) + 1<<16
 		for i := uint64(0); i < n && i < limit; i++ {
-			cidr := nthBlock(q.cidr, q.blockSize, (start+i)%n)
+			cidr := nthBlock(q.CIDR, q.BlockSize, (start+i)%n)
 			if e.res.coversAll(cidr) {
 				continue
 			}
@@ -442,7 +440,7 @@ func (c *Client) borrow(ctx context.Context, p *plan, f family, need int) (int, 
 		var cands []string
 		for key := range known {
 			cidr, ok := parseBlockKey(key)
-			if ok && cidr.Bits() == q.blockSize && q.cidr.Contains(cidr.Addr()) && !e.res.coversAll(cidr) {
+			if ok && cidr.Bits() == q.BlockSize && q.CIDR.Contains(cidr.Addr()) && !e.res.coversAll(cidr) {
 				cands = append(cands, key)
 			}
 		}
@@ -486,25 +484,13 @@ func nodeHash(node string) uint64 {
 }
 
 // txn turns the plan into its transaction: conditional on every key it
-// writes, and reading back the node's affinities if it fails.
+// writes, and reading back the node's affinities if it fails. The order is
+// the safe one for a datastore that applies writes one by one (see txn):
+// the handle's count and the new affinities, then the blocks, then the
+// stale affinities and the config.
 func (p *plan) txn() (*txn, error) {
 	e := p.env
-	t := &txn{refresh: []clientv3.Op{clientv3.OpGet(nodeAffinityPrefix(e.node), clientv3.WithPrefix())}}
-	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
-		data, err := p.blocks[key].encode()
-		if err != nil {
-			return nil, err
-		}
-		t.put(key, data)
-	}
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affPut))) {
-		t.put(key, confirmedAffinity)
-	}
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affDel))) {
-		if !slices.Contains(p.affPut, key) {
-			t.del(key)
-		}
-	}
+	t := &txn{refresh: []string{nodeAffinityPrefix(e.node)}}
 	if len(p.handleN) > 0 {
 		hkey := HandleKey(p.handleID)
 		h, err := decodeHandle(e.snap[hkey])
@@ -516,12 +502,25 @@ func (p *plan) txn() (*txn, error) {
 		}
 		t.put(hkey, mustJSON(h))
 	}
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affPut))) {
+		t.put(key, confirmedAffinity)
+	}
+	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
+		data, err := p.blocks[key].encode()
+		if err != nil {
+			return nil, err
+		}
+		t.put(key, data)
+	}
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affDel))) {
+		if !slices.Contains(p.affPut, key) {
+			t.del(key)
+		}
+	}
 	if !e.cfgExists {
 		// Calico writes its defaults on first use; do the same, without
 		// making the allocation depend on it.
-		t.ops = append(t.ops, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(configKey), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(configKey, string(mustJSON(defaultConfigValue)))}, nil))
+		t.createIfAbsent(configKey, mustJSON(defaultConfigValue))
 	}
 	return t, nil
 }
@@ -553,10 +552,10 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	if !ok {
 		return fmt.Errorf("assign %s: %w", ip, ErrNotInPool)
 	}
-	if q.disabled {
-		return fmt.Errorf("assign %s: pool %s (%s): %w", ip, q.name, q.cidr, ErrPoolDisabled)
+	if q.Disabled {
+		return fmt.Errorf("assign %s: pool %s (%s): %w", ip, q.Name, q.CIDR, ErrPoolDisabled)
 	}
-	cidr := blockFor(ip, q.blockSize)
+	cidr := blockFor(ip, q.BlockSize)
 	key, akey := BlockKey(cidr), AffinityKey(args.Node, cidr)
 	if err := c.read(ctx, e.snap, e.snap.missing([]string{key, akey})); err != nil {
 		return fmt.Errorf("assign %s: %w", ip, err)

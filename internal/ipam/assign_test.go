@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -32,6 +33,7 @@ func TestAllocation(t *testing.T) {
 		{"failed request allocates nothing", testAllOrNothing},
 		{"block limit", testBlockLimit},
 		{"namespace selector", testNamespaceSelector},
+		{"pools written behind validation are skipped", testUnusablePools},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -526,5 +528,30 @@ func testNamespaceSelector(t *testing.T, f *fixture) {
 	v4, _, err = f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "h2", Node: "node1"})
 	if err != nil || !mustPrefix("10.20.0.0/24").Contains(v4[0].Addr()) {
 		t.Errorf("no namespace labels: %v %v", v4, err)
+	}
+}
+
+// testUnusablePools: pools an old writer stored behind validation (a bad
+// selector, an unreadable CIDR) are skipped, so allocation carries on from
+// the pools that are usable, as every other consumer of pools skips them.
+func testUnusablePools(t *testing.T, f *fixture) {
+	f.create(t, ippool("b-good", "10.12.0.0/24", 26), node("node1", nil))
+	for name, spec := range map[string]string{
+		"a-bad-selector": `{"cidr":"10.11.0.0/24","nodeSelector":"zone =="}`,
+		"a-bad-cidr":     `{"cidr":"10.11.0.0/99"}`,
+	} {
+		doc := `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"` + name + `"},"spec":` + spec + `}`
+		if _, err := f.kv.Put(f.ctx, etcd.Prefix+"ippools/"+name, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if objs, _, err := f.store.List(f.ctx, "IPPool", ""); err != nil || len(objs) != 3 {
+		t.Fatalf("the store lists %d pools (%v), want all 3", len(objs), err)
+	}
+	if a := f.assign4(t, "node1", "h1"); !mustPrefix("10.12.0.0/24").Contains(a) {
+		t.Errorf("got %s, want an address of the usable pool b-good", a)
+	}
+	if _, _, err := f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "h2", Node: "node1", IPv4Pools: []string{"a-bad-selector"}}); !errors.Is(err, ipam.ErrPoolNotFound) {
+		t.Errorf("requesting the unusable pool: err = %v, want ErrPoolNotFound", err)
 	}
 }

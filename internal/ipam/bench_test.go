@@ -20,7 +20,7 @@ func BenchmarkAutoAssign(b *testing.B) {
 	var assign time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		c := ipam.New(f.kv, f.store, nil)
+		c := ipam.New(f.store.IPAM(), f.store, nil)
 		handle := fmt.Sprintf("k8s-pod-network.bench%d", i)
 		t0 := time.Now()
 		if _, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: "node1"}); err != nil {

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -255,9 +253,9 @@ func (c *Client) Check(ctx context.Context, liveNodes ...string) (*CheckReport, 
 	// Addresses in use but not allocated.
 	var active []netip.Prefix
 	for _, q := range parsePools(poolObjs, c.logger) {
-		if !q.disabled {
-			active = append(active, q.cidr)
-			r.Stats.ActivePools = append(r.Stats.ActivePools, q.cidr.String())
+		if !q.Disabled {
+			active = append(active, q.CIDR)
+			r.Stats.ActivePools = append(r.Stats.ActivePools, q.CIDR.String())
 		}
 	}
 	inUseIPs := slices.Collect(maps.Keys(inUse))
@@ -467,12 +465,14 @@ func (c *Client) ReleaseLeaked(ctx context.Context, reports ...*CheckReport) (Le
 			continue
 		}
 		hkey := HandleKey(id)
-		resp, err := c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(hkey), "=", r)).
-			Then(clientv3.OpDelete(hkey)).Commit()
+		res, err := c.kv.Txn(ctx, datastore.Txn{
+			Conds: []datastore.Cond{{Key: hkey, Rev: r}},
+			Ops:   []datastore.Op{{Type: datastore.OpDelete, Key: hkey}},
+		})
 		if err != nil {
 			return out, fmt.Errorf("delete leaked handle %s: %w", id, err)
 		}
-		if resp.Succeeded {
+		if res.Succeeded {
 			out.HandlesDeleted = append(out.HandlesDeleted, id)
 		} else {
 			out.HandlesSkipped = append(out.HandlesSkipped, id)

@@ -9,12 +9,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -22,44 +18,37 @@ import (
 
 // PoolSource reads the resources IPAM consults: IPPools, IPReservations,
 // Nodes (for nodeSelector labels), WorkloadEndpoints and
-// ClusterInformation (for Check). *datastore.Store satisfies it.
+// ClusterInformation (for Check). datastore.Store satisfies it.
 type PoolSource interface {
 	List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error)
 	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
 }
 
-const (
-	// maxAttempts bounds the optimistic retries of one operation. Each
-	// lost race costs one transaction and hands the loser fresh values, so
-	// n writers fighting over one block all finish within n attempts; the
-	// margin covers block claims and borrowing.
-	maxAttempts = 200
-	// maxTxnOps stays under etcd's default --max-txn-ops (128).
-	maxTxnOps = 120
-)
+// maxAttempts bounds the optimistic retries of one operation. Each lost
+// race costs one transaction and hands the loser fresh values, so n
+// writers fighting over one block all finish within n attempts; the margin
+// covers block claims and borrowing.
+const maxAttempts = 200
 
 // Client allocates and releases addresses. See the package documentation.
 type Client struct {
-	kv     *clientv3.Client
+	kv     datastore.KV
 	store  PoolSource
 	logger *slog.Logger
 	// now is time.Now; tests pin it.
 	now func() time.Time
 }
 
-// New returns a Client on the etcd client kv, reading pools and the other
-// resources from store. A nil logger discards.
-func New(kv *clientv3.Client, store PoolSource, logger *slog.Logger) *Client {
+// New returns a Client on the IPAM store kv (a datastore.Store's IPAM()),
+// reading pools and the other resources from store. A nil logger discards.
+func New(kv datastore.KV, store PoolSource, logger *slog.Logger) *Client {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Client{kv: kv, store: store, logger: logger, now: time.Now}
 }
 
-// mvccKV is a key-value as etcd returns it.
-type mvccKV = mvccpb.KeyValue
-
-// entry is one key as last read: rev is its mod revision, 0 if absent.
+// entry is one key as last read: rev is its revision, 0 if absent.
 type entry struct {
 	value []byte
 	rev   int64
@@ -69,25 +58,18 @@ type entry struct {
 // transaction loses a race and hands back the winners' values.
 type snapshot map[string]entry
 
-// read fetches keys into snap in as few transactions as possible (one,
-// unless there are more than maxTxnOps).
+// read fetches keys into snap in one request.
 func (c *Client) read(ctx context.Context, snap snapshot, keys []string) error {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	for len(keys) > 0 {
-		n := min(len(keys), maxTxnOps)
-		chunk := keys[:n]
-		keys = keys[n:]
-		ops := make([]clientv3.Op, len(chunk))
-		for i, k := range chunk {
-			ops[i] = clientv3.OpGet(k)
-		}
-		resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return fmt.Errorf("read IPAM keys: %w", c.etcdErr(err))
-		}
-		for i, k := range chunk {
-			snap.set(k, resp.Responses[i].GetResponseRange().Kvs)
-		}
+	if len(keys) == 0 {
+		return nil
+	}
+	kvs, err := c.kv.Get(ctx, keys...)
+	if err != nil {
+		return fmt.Errorf("read IPAM keys: %w", err)
+	}
+	for _, kv := range kvs {
+		snap.setKV(kv)
 	}
 	return nil
 }
@@ -103,99 +85,69 @@ func (snap snapshot) missing(keys []string) []string {
 	return out
 }
 
-// set records a Get result for key.
-func (snap snapshot) set(key string, kvs []*mvccKV) {
-	for _, kv := range kvs {
-		if string(kv.Key) == key {
-			snap[key] = entry{value: kv.Value, rev: kv.ModRevision}
-			return
-		}
+// setKV records one key as read (Rev 0: absent).
+func (snap snapshot) setKV(kv datastore.KeyValue) {
+	if kv.Rev == 0 {
+		snap[kv.Key] = entry{}
+		return
 	}
-	snap[key] = entry{}
-}
-
-// cmp is the condition that key is still as snap saw it.
-func (snap snapshot) cmp(key string) clientv3.Cmp {
-	if e := snap[key]; e.rev != 0 {
-		return clientv3.Compare(clientv3.ModRevision(key), "=", e.rev)
-	}
-	return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	snap[kv.Key] = entry{value: kv.Value, rev: kv.Rev}
 }
 
 // txn is one optimistic write: conditions on every key it writes (and any
 // it relies on), and the writes.
+//
+// The order of ops matters on the Kubernetes datastore, which applies them
+// one by one (see datastore.KV.Txn): every builder adds the writes that
+// record an intent (a handle's count, a new affinity) before the block
+// write that decides, and the writes that clean up (a stale affinity, an
+// emptied handle) after it, so that a crash between two of them leaves a
+// state the next operation repairs or ipam check reports.
 type txn struct {
 	keys []string // compared keys
-	ops  []clientv3.Op
-	// refresh are extra reads returned when the conditions fail, so the
+	ops  []datastore.Op
+	// refresh are key prefixes read back when the conditions fail, so the
 	// retry starts from current data without another round trip.
-	refresh []clientv3.Op
+	refresh []string
 }
 
 func (t *txn) put(key string, value []byte) {
 	t.keys = append(t.keys, key)
-	t.ops = append(t.ops, clientv3.OpPut(key, string(value)))
+	t.ops = append(t.ops, datastore.Op{Type: datastore.OpPut, Key: key, Value: value})
 }
 
 func (t *txn) del(key string) {
 	t.keys = append(t.keys, key)
-	t.ops = append(t.ops, clientv3.OpDelete(key))
+	t.ops = append(t.ops, datastore.Op{Type: datastore.OpDelete, Key: key})
+}
+
+// createIfAbsent writes value at key unless it exists, without making the
+// transaction depend on it.
+func (t *txn) createIfAbsent(key string, value []byte) {
+	t.ops = append(t.ops, datastore.Op{Type: datastore.OpCreateIfAbsent, Key: key, Value: value})
 }
 
 // commit runs t against snap's revisions. When another writer got in
 // first it updates snap with the current values of the compared keys and
-// returns false with the key-values read by t.refresh.
-func (c *Client) commit(ctx context.Context, snap snapshot, t *txn) (bool, [][]*mvccKV, error) {
+// returns false with the contents of t.refresh.
+func (c *Client) commit(ctx context.Context, snap snapshot, t *txn) (bool, [][]datastore.KeyValue, error) {
 	keys := slices.Compact(slices.Sorted(slices.Values(t.keys)))
-	cmps := make([]clientv3.Cmp, len(keys))
+	conds := make([]datastore.Cond, len(keys))
 	for i, k := range keys {
-		cmps[i] = snap.cmp(k)
+		e := snap[k]
+		conds[i] = datastore.Cond{Key: k, Rev: e.rev, Value: e.value}
 	}
-	var elseOps []clientv3.Op
-	inline := len(keys)+len(t.refresh) <= maxTxnOps
-	if inline {
-		for _, k := range keys {
-			elseOps = append(elseOps, clientv3.OpGet(k))
-		}
-		elseOps = append(elseOps, t.refresh...)
-	}
-	resp, err := c.kv.Txn(ctx).If(cmps...).Then(t.ops...).Else(elseOps...).Commit()
+	res, err := c.kv.Txn(ctx, datastore.Txn{Conds: conds, Ops: t.ops, Refresh: t.refresh})
 	if err != nil {
-		return false, nil, fmt.Errorf("write IPAM data: %w", c.etcdErr(err))
+		return false, nil, fmt.Errorf("write IPAM data: %w", err)
 	}
-	if resp.Succeeded {
+	if res.Succeeded {
 		return true, nil, nil
 	}
-	var refreshed [][]*mvccKV
-	if inline {
-		for i, k := range keys {
-			snap.set(k, resp.Responses[i].GetResponseRange().Kvs)
-		}
-		for _, r := range resp.Responses[len(keys):] {
-			refreshed = append(refreshed, r.GetResponseRange().Kvs)
-		}
-		return false, refreshed, nil
+	for _, kv := range res.Current {
+		snap.setKV(kv)
 	}
-	// Too many keys to read back in the same transaction: a second round
-	// trip, only on this rare path.
-	if err := c.read(ctx, snap, keys); err != nil {
-		return false, nil, err
-	}
-	for _, op := range t.refresh {
-		r, err := c.kv.Do(ctx, op)
-		if err != nil {
-			return false, nil, fmt.Errorf("read IPAM keys: %w", c.etcdErr(err))
-		}
-		refreshed = append(refreshed, r.Get().Kvs)
-	}
-	return false, refreshed, nil
-}
-
-// etcdErr names the etcd endpoints in a failed request's error, as the
-// datastore's errors do: "etcd at URL: rpc error: ... Unavailable" tells
-// an operator reading a pod's events which service to look at.
-func (c *Client) etcdErr(err error) error {
-	return fmt.Errorf("etcd at %s: %w", strings.Join(c.kv.Endpoints(), ","), err)
+	return false, res.Refreshed, nil
 }
 
 // retryAfter is what every compare-and-swap loop does after losing a
@@ -222,7 +174,7 @@ func retryAfter(ctx context.Context, attempt int) error {
 // the PoolSource and IPAM keys read from etcd.
 type env struct {
 	node       string
-	pools      []pool
+	pools      []api.Pool
 	res        reservations
 	nodeLabels map[string]string
 	cfg        Config
@@ -244,12 +196,12 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	var (
 		wg                       sync.WaitGroup
 		poolErr, resErr, nodeErr error
-		kvErr                    error
+		kvErr, affErr            error
 		poolObjs, resObjs        []api.Object
 		nodeObj                  api.Object
-		kvResp                   *clientv3.TxnResponse
+		kvs, affs                []datastore.KeyValue
 	)
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		poolObjs, _, poolErr = c.store.List(ctx, "IPPool", "")
@@ -266,14 +218,17 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	}()
 	go func() {
 		defer wg.Done()
-		ops := []clientv3.Op{clientv3.OpGet(configKey)}
-		if node != "" {
-			ops = append(ops, clientv3.OpGet(nodeAffinityPrefix(node), clientv3.WithPrefix()))
-		}
+		keys := []string{configKey}
 		for _, h := range handles {
-			ops = append(ops, clientv3.OpGet(HandleKey(h)))
+			keys = append(keys, HandleKey(h))
 		}
-		kvResp, kvErr = c.kv.Txn(ctx).Then(ops...).Commit()
+		kvs, kvErr = c.kv.Get(ctx, keys...)
+	}()
+	go func() {
+		defer wg.Done()
+		if node != "" {
+			affs, _, affErr = c.kv.List(ctx, nodeAffinityPrefix(node), false)
+		}
 	}()
 	wg.Wait()
 	switch {
@@ -284,7 +239,9 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	case nodeErr != nil && !errors.Is(nodeErr, datastore.ErrNotFound):
 		return nil, fmt.Errorf("get node %s: %w", node, nodeErr)
 	case kvErr != nil:
-		return nil, fmt.Errorf("read IPAM config: %w", c.etcdErr(kvErr))
+		return nil, fmt.Errorf("read IPAM config: %w", kvErr)
+	case affErr != nil:
+		return nil, fmt.Errorf("read block affinities of %s: %w", node, affErr)
 	}
 	e.pools = parsePools(poolObjs, c.logger)
 	e.res = parseReservations(resObjs, c.logger)
@@ -297,8 +254,9 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 		c.logger.Debug("node resource not found, using no labels", "node", node)
 	}
 
-	rs := kvResp.Responses
-	e.snap.set(configKey, rs[0].GetResponseRange().Kvs)
+	for _, kv := range kvs {
+		e.snap.setKV(kv)
+	}
 	e.cfg, e.cfgExists = Config{AutoAllocateBlocks: true}, false
 	if ce := e.snap[configKey]; ce.rev != 0 {
 		cfg, err := decodeConfig(ce.value)
@@ -307,28 +265,22 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 		}
 		e.cfg, e.cfgExists = cfg, true
 	}
-	i := 1
 	if node != "" {
-		e.setAffinities(rs[1].GetResponseRange().Kvs)
-		i = 2
-	}
-	for _, h := range handles {
-		e.snap.set(HandleKey(h), rs[i].GetResponseRange().Kvs)
-		i++
+		e.setAffinities(affs)
 	}
 	return e, nil
 }
 
 // setAffinities records the node's affinities from a prefix read.
-func (e *env) setAffinities(kvs []*mvccKV) {
+func (e *env) setAffinities(kvs []datastore.KeyValue) {
 	e.affinities = e.affinities[:0]
 	for _, kv := range kvs {
-		node, cidr, ok := parseAffinityKey(string(kv.Key))
+		node, cidr, ok := parseAffinityKey(kv.Key)
 		if !ok || node != e.node {
 			continue
 		}
 		e.affinities = append(e.affinities, cidr)
-		e.snap[string(kv.Key)] = entry{value: kv.Value, rev: kv.ModRevision}
+		e.snap.setKV(kv)
 	}
 }
 
@@ -337,13 +289,13 @@ func (c *Client) listBlockKeys(ctx context.Context, e *env, v int) (map[string]b
 	if set, ok := e.blockKeys[v]; ok {
 		return set, nil
 	}
-	resp, err := c.kv.Get(ctx, blockPrefixFor(v), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	kvs, _, err := c.kv.List(ctx, blockPrefixFor(v), true)
 	if err != nil {
-		return nil, fmt.Errorf("list IPv%d blocks: %w", v, c.etcdErr(err))
+		return nil, fmt.Errorf("list IPv%d blocks: %w", v, err)
 	}
-	set := make(map[string]bool, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		set[string(kv.Key)] = true
+	set := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
+		set[kv.Key] = true
 	}
 	e.blockKeys[v] = set
 	return set, nil

@@ -54,7 +54,7 @@ func TestConcurrentAllocation(t *testing.T) {
 				defer wg.Done()
 				nodeName := fmt.Sprintf("node%d", n)
 				handle := fmt.Sprintf("k8s-pod-network.%s-%03d", nodeName, i)
-				c := ipam.New(f.kv, f.store, nil)
+				c := ipam.New(f.store.IPAM(), f.store, nil)
 				v4, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: nodeName})
 				r := result{node: nodeName, handle: handle, err: err}
 				if err == nil {
@@ -187,7 +187,7 @@ replay:
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			if err := ipam.New(f.kv, f.store, nil).ReleaseByHandle(f.ctx, r.handle); err != nil {
+			if err := ipam.New(f.store.IPAM(), f.store, nil).ReleaseByHandle(f.ctx, r.handle); err != nil {
 				t.Errorf("release %s: %v", r.handle, err)
 			}
 		}()

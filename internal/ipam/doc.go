@@ -52,7 +52,8 @@
 //     labels (a Node not registered yet has no labels) and whose
 //     namespaceSelector matches the namespace labels. Either way the pool
 //     must allow the use (Workload by default). Pools are tried in the
-//     order named, else by name.
+//     order named, else by name. Pools are read through api.ParsePools; a
+//     pool that does not parse is skipped with a warning naming it.
 //   - Within a block, addresses go in the order of "unallocated": a fresh
 //     block starts at its first address (.0 included, as Calico does); a
 //     released address is appended, so it is not handed out again while

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -28,7 +29,7 @@ var backends = []struct {
 // fixture is one etcd with a store and an IPAM client on it.
 type fixture struct {
 	ctx   context.Context
-	store *datastore.Store
+	store datastore.Store
 	kv    *clientv3.Client
 	c     *ipam.Client
 }
@@ -38,12 +39,12 @@ func newFixture(t testing.TB, start func(testing.TB, ...etcdtest.Option) *etcdte
 	srv := start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := datastore.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &fixture{ctx: ctx, store: store, kv: store.Etcd(), c: ipam.New(store.Etcd(), store, nil)}
+	return &fixture{ctx: ctx, store: store, kv: store.Etcd(), c: ipam.New(store.IPAM(), store, nil)}
 }
 
 // reset wipes everything Calico stores, so scenarios can share a server.

@@ -1,7 +1,6 @@
 package ipam
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -9,85 +8,25 @@ import (
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
-	"github.com/projectcalico/calico-node/internal/model/selector"
 )
 
-// pool is the part of an IPPool IPAM uses, parsed once.
-type pool struct {
-	name         string
-	cidr         netip.Prefix
-	blockSize    int
-	disabled     bool
-	nodeSelector string
-	nsSelector   string
-	uses         []api.IPPoolAllowedUse
-	manual       bool
-}
-
-// parsePools turns IPPool objects into pools sorted by name, as Calico
-// orders them. Pools with unusable CIDRs or block sizes are skipped with a
-// warning: validation keeps them out, but an old datastore may hold one.
-func parsePools(objs []api.Object, logger *slog.Logger) []pool {
-	var out []pool
-	for _, o := range objs {
-		ip, ok := o.(*api.IPPool)
-		if !ok {
-			continue
-		}
-		spec := ip.Spec
-		cidr, err := netip.ParsePrefix(spec.CIDR)
-		if err != nil || cidr.Addr().Is4In6() {
-			logger.Warn("ignoring IP pool with unparsable CIDR", "pool", ip.Name, "cidr", spec.CIDR)
-			continue
-		}
-		cidr = cidr.Masked()
-		bs := spec.BlockSize
-		lo, hi := minBlockSize4, maxBlockSize4
-		if cidr.Addr().Is6() {
-			lo, hi = minBlockSize6, maxBlockSize6
-			if bs == 0 {
-				bs = 122
-			}
-		} else if bs == 0 {
-			bs = 26
-		}
-		if bs < lo || bs > hi || bs < cidr.Bits() {
-			logger.Warn("ignoring IP pool with unusable block size", "pool", ip.Name, "cidr", cidr, "blockSize", bs)
-			continue
-		}
-		uses := spec.AllowedUses
-		if len(uses) == 0 {
-			uses = []api.IPPoolAllowedUse{api.IPPoolAllowedUseWorkload, api.IPPoolAllowedUseTunnel}
-		}
-		out = append(out, pool{
-			name:         ip.Name,
-			cidr:         cidr,
-			blockSize:    bs,
-			disabled:     spec.Disabled,
-			nodeSelector: spec.NodeSelector,
-			nsSelector:   spec.NamespaceSelector,
-			uses:         uses,
-			manual:       spec.AssignmentMode != nil && *spec.AssignmentMode == api.AssignmentModeManual,
-		})
+// parsePools reads the IPPools among objs through api.ParsePools (sorted
+// by name, as Calico orders them). A pool that does not parse, or whose
+// blocks would be larger than the pool (Validate allows that on a
+// disabled pool), is skipped with a warning: validation keeps them out,
+// but an old datastore may hold one.
+func parsePools(objs []api.Object, logger *slog.Logger) []api.Pool {
+	pools, errs := api.ParsePools(objs)
+	for _, err := range errs {
+		logger.Warn("ignoring unusable IP pool", "err", err)
 	}
-	slices.SortFunc(out, func(a, b pool) int { return cmp.Compare(a.name, b.name) })
-	return out
-}
-
-func (p pool) version() int { return ipVersion(p.cidr.Addr()) }
-
-func (p pool) allows(use api.IPPoolAllowedUse) bool { return slices.Contains(p.uses, use) }
-
-// selects evaluates a pool selector; "" matches everything, as in Calico.
-func selects(expr string, labels map[string]string) (bool, error) {
-	if strings.TrimSpace(expr) == "" {
-		return true, nil
-	}
-	sel, err := selector.Parse(expr)
-	if err != nil {
-		return false, err
-	}
-	return sel.Evaluate(labels), nil
+	return slices.DeleteFunc(pools, func(p api.Pool) bool {
+		if p.BlockSize < p.CIDR.Bits() {
+			logger.Warn("ignoring IP pool with unusable block size", "pool", p.Name, "cidr", p.CIDR, "blockSize", p.BlockSize)
+			return true
+		}
+		return false
+	})
 }
 
 // poolRequest is what decides which pools one IP version may use.
@@ -105,39 +44,30 @@ type poolRequest struct {
 // selectors are not consulted, and Manual pools qualify); otherwise every
 // enabled Automatic pool whose node and namespace selectors match. Either
 // way a pool must allow the use.
-func choosePools(all []pool, r poolRequest) ([]pool, error) {
-	var cands []pool
+func choosePools(all []api.Pool, r poolRequest) ([]api.Pool, error) {
+	var cands []api.Pool
 	if len(r.requested) > 0 {
 		for _, want := range r.requested {
 			p, err := findPool(all, want)
 			if err != nil {
 				return nil, err
 			}
-			if p.version() != r.version {
-				return nil, fmt.Errorf("requested IPv%d pool %s is an IPv%d pool", r.version, want, p.version())
+			if p.Version() != r.version {
+				return nil, fmt.Errorf("requested IPv%d pool %s is an IPv%d pool", r.version, want, p.Version())
 			}
-			if p.disabled {
-				return nil, fmt.Errorf("requested pool %s (%s): %w", p.name, p.cidr, ErrPoolDisabled)
+			if p.Disabled {
+				return nil, fmt.Errorf("requested pool %s (%s): %w", p.Name, p.CIDR, ErrPoolDisabled)
 			}
-			if !slices.ContainsFunc(cands, func(q pool) bool { return q.name == p.name }) {
+			if !slices.ContainsFunc(cands, func(q api.Pool) bool { return q.Name == p.Name }) {
 				cands = append(cands, p)
 			}
 		}
 	} else {
 		for _, p := range all {
-			if p.version() != r.version || p.disabled || p.manual {
+			if p.Version() != r.version || p.Disabled || p.AssignmentMode == api.AssignmentModeManual {
 				continue
 			}
-			ok, err := selects(p.nodeSelector, r.nodeLabels)
-			if err != nil {
-				return nil, fmt.Errorf("pool %s: nodeSelector: %w", p.name, err)
-			}
-			if !ok {
-				continue
-			}
-			if ok, err = selects(p.nsSelector, r.nsLabels); err != nil {
-				return nil, fmt.Errorf("pool %s: namespaceSelector: %w", p.name, err)
-			} else if !ok {
+			if !p.NodeSelector.Evaluate(r.nodeLabels) || !p.NamespaceSelector.Evaluate(r.nsLabels) {
 				continue
 			}
 			cands = append(cands, p)
@@ -146,9 +76,9 @@ func choosePools(all []pool, r poolRequest) ([]pool, error) {
 			return nil, fmt.Errorf("%w: no enabled IPv%d pool selects node %s", ErrNoPools, r.version, r.node)
 		}
 	}
-	var out []pool
+	var out []api.Pool
 	for _, p := range cands {
-		if p.allows(r.use) {
+		if p.Allows(r.use) {
 			out = append(out, p)
 		}
 	}
@@ -160,32 +90,32 @@ func choosePools(all []pool, r poolRequest) ([]pool, error) {
 
 // findPool finds a pool by CIDR (host bits ignored, as Calico's CNI
 // plugin does with "2001:db8::1/120") or by name.
-func findPool(all []pool, want string) (pool, error) {
+func findPool(all []api.Pool, want string) (api.Pool, error) {
 	if pfx, err := netip.ParsePrefix(strings.TrimSpace(want)); err == nil {
 		pfx = pfx.Masked()
 		for _, p := range all {
-			if p.cidr == pfx {
+			if p.CIDR == pfx {
 				return p, nil
 			}
 		}
-		return pool{}, fmt.Errorf("requested pool %s: %w", want, ErrPoolNotFound)
+		return api.Pool{}, fmt.Errorf("requested pool %s: %w", want, ErrPoolNotFound)
 	}
 	for _, p := range all {
-		if p.name == want {
+		if p.Name == want {
 			return p, nil
 		}
 	}
-	return pool{}, fmt.Errorf("requested pool %q: %w", want, ErrPoolNotFound)
+	return api.Pool{}, fmt.Errorf("requested pool %q: %w", want, ErrPoolNotFound)
 }
 
 // poolContaining is the pool holding a, preferring an enabled one when
 // (invalidly) several overlap.
-func poolContaining(all []pool, a netip.Addr) (pool, bool) {
-	var found pool
+func poolContaining(all []api.Pool, a netip.Addr) (api.Pool, bool) {
+	var found api.Pool
 	ok := false
 	for _, p := range all {
-		if p.cidr.Contains(a) {
-			if !p.disabled {
+		if p.CIDR.Contains(a) {
+			if !p.Disabled {
 				return p, true
 			}
 			found, ok = p, true

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ReleaseOptions names one allocation to release. Handle and
@@ -262,12 +260,12 @@ func (c *Client) locateBlocks(ctx context.Context, snap snapshot, addrs []netip.
 	}
 	var existing []netip.Prefix
 	for _, v := range []int{4, 6} {
-		resp, err := c.kv.Get(ctx, blockPrefixFor(v), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		kvs, _, err := c.kv.List(ctx, blockPrefixFor(v), true)
 		if err != nil {
-			return nil, fmt.Errorf("list IPv%d blocks: %w", v, c.etcdErr(err))
+			return nil, fmt.Errorf("list IPv%d blocks: %w", v, err)
 		}
-		for _, kv := range resp.Kvs {
-			if p, ok := parseBlockKey(string(kv.Key)); ok {
+		for _, kv := range kvs {
+			if p, ok := parseBlockKey(kv.Key); ok {
 				existing = append(existing, p)
 			}
 		}

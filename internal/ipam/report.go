@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strconv"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/projectcalico/calico-node/internal/datastore"
 )
 
 // Report is the IPAM usage: every pool, every block and every handle.
@@ -70,8 +70,8 @@ func (c *Client) Usage(ctx context.Context) (Report, error) {
 		return r, fmt.Errorf("ipam usage: %w", err)
 	}
 	for _, q := range pools {
-		r.Pools = append(r.Pools, PoolUsage{Name: q.name, CIDR: q.cidr, Disabled: q.disabled,
-			Size: math.Exp2(float64(q.cidr.Addr().BitLen() - q.cidr.Bits()))})
+		r.Pools = append(r.Pools, PoolUsage{Name: q.Name, CIDR: q.CIDR, Disabled: q.Disabled,
+			Size: math.Exp2(float64(q.CIDR.Addr().BitLen() - q.CIDR.Bits()))})
 	}
 	for _, b := range blocks {
 		u := BlockUsage{CIDR: b.cidr, Affinity: b.affinity(), Node: b.host(), Size: len(b.v.Allocations),
@@ -101,38 +101,35 @@ type storedHandle struct {
 // readAll reads every block (sorted by address, IPv4 first) and handle in
 // one consistent transaction. Unreadable values are logged and skipped.
 func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle, error) {
-	resp, err := c.kv.Txn(ctx).Then(
-		clientv3.OpGet(blockPrefix, clientv3.WithPrefix()),
-		clientv3.OpGet(handlePrefix, clientv3.WithPrefix()),
-	).Commit()
+	lists, err := c.kv.Snapshot(ctx, blockPrefix, handlePrefix)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read IPAM data: %w", err)
 	}
 	var blocks []*block
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		if _, ok := parseBlockKey(string(kv.Key)); !ok {
+	for _, kv := range lists[0] {
+		if _, ok := parseBlockKey(kv.Key); !ok {
 			continue
 		}
 		b, err := decodeBlock(kv.Value)
 		if err != nil {
-			c.logger.Warn("skipping unreadable IPAM block", "key", string(kv.Key), "err", err)
+			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
 			continue
 		}
 		blocks = append(blocks, b)
 	}
 	slices.SortFunc(blocks, func(a, b *block) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
 	handles := map[string]storedHandle{}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		id, ok := parseHandleKey(string(kv.Key))
+	for _, kv := range lists[1] {
+		id, ok := parseHandleKey(kv.Key)
 		if !ok {
 			continue
 		}
-		h, err := decodeHandle(entry{value: kv.Value, rev: kv.ModRevision})
+		h, err := decodeHandle(entry{value: kv.Value, rev: kv.Rev})
 		if err != nil {
-			c.logger.Warn("skipping unreadable IPAM handle", "key", string(kv.Key), "err", err)
+			c.logger.Warn("skipping unreadable IPAM handle", "key", kv.Key, "err", err)
 			continue
 		}
-		handles[id] = storedHandle{value: h, rev: kv.ModRevision}
+		handles[id] = storedHandle{value: h, rev: kv.Rev}
 	}
 	return blocks, handles, nil
 }
@@ -144,13 +141,13 @@ func (c *Client) AffineBlocks(ctx context.Context, node string) ([]netip.Prefix,
 	if node == "" {
 		return nil, errors.New("affine blocks: node must be set")
 	}
-	resp, err := c.kv.Get(ctx, nodeAffinityPrefix(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	kvs, _, err := c.kv.List(ctx, nodeAffinityPrefix(node), true)
 	if err != nil {
 		return nil, fmt.Errorf("affine blocks of %s: %w", node, err)
 	}
 	var out []netip.Prefix
-	for _, kv := range resp.Kvs {
-		if n, cidr, ok := parseAffinityKey(string(kv.Key)); ok && n == node {
+	for _, kv := range kvs {
+		if n, cidr, ok := parseAffinityKey(kv.Key); ok && n == node {
 			out = append(out, cidr)
 		}
 	}
@@ -199,14 +196,14 @@ func (c *Client) Lookup(ctx context.Context, ip netip.Addr) (Holder, error) {
 // Config returns the global IPAM config; Calico's defaults when none is
 // stored.
 func (c *Client) Config(ctx context.Context) (Config, error) {
-	resp, err := c.kv.Get(ctx, configKey)
+	kvs, err := c.kv.Get(ctx, configKey)
 	if err != nil {
 		return Config{}, fmt.Errorf("read IPAM config: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
+	if kvs[0].Rev == 0 {
 		return Config{AutoAllocateBlocks: true}, nil
 	}
-	return decodeConfig(resp.Kvs[0].Value)
+	return decodeConfig(kvs[0].Value)
 }
 
 // SetConfig stores the global IPAM config, refusing the combinations
@@ -225,7 +222,8 @@ func (c *Client) SetConfig(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.kv.Put(ctx, configKey, string(data)); err != nil {
+	// An unconditional write: the last SetConfig wins, as with calicoctl.
+	if _, err := c.kv.Txn(ctx, datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpPut, Key: configKey, Value: data}}}); err != nil {
 		return fmt.Errorf("set IPAM config: %w", err)
 	}
 	return nil

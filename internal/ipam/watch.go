@@ -2,16 +2,11 @@ package ipam
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/projectcalico/calico-node/internal/datastore"
 )
 
 // BlockSnapshot is the cluster's block affinities at one etcd revision:
@@ -29,40 +24,35 @@ type BlockSnapshot struct {
 	Borrowed map[netip.Addr]string
 }
 
-// watchRetry is the pause before relisting after a failed watch; a
-// compacted revision relists at once.
-const watchRetry = 2 * time.Second
-
-// WatchBlocks lists every IPAM block (both IP versions), then watches them
-// from the revision after the list, and sends a complete BlockSnapshot
-// after the list and after every event that changes an affinity or a
-// borrowed address. Allocations within a block that change neither (the
-// common pod ADD/DEL) send nothing.
+// WatchBlocks follows every IPAM block (both IP versions) through
+// kv.Watch and sends a complete BlockSnapshot after the initial list and
+// after every batch of events that changes an affinity or a borrowed
+// address. Allocations within a block that change neither (the common pod
+// ADD/DEL) send nothing.
 //
 // A receiver that falls behind gets the newest snapshot only: snapshots
 // are coalesced, never queued, and the watch never waits for the
 // receiver. Each snapshot's maps are fresh; the receiver owns them. When
-// the watch revision has been compacted, or the watch fails, the blocks
-// are listed again (after a short pause for failures) and the resulting
-// state is diffed against the last snapshot sent, so no change is lost.
-// The channel is closed when ctx ends.
-func WatchBlocks(ctx context.Context, kv *clientv3.Client, logger *slog.Logger) <-chan BlockSnapshot {
+// the watch restarts (compaction, failure) its Reset is diffed against the
+// last snapshot sent, so no change is lost. The channel is closed when ctx
+// ends.
+func WatchBlocks(ctx context.Context, kv datastore.KV, logger *slog.Logger) <-chan BlockSnapshot {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	w := &blockWatch{kv: kv, log: logger, out: make(chan BlockSnapshot)}
-	go w.run(ctx)
+	w := &blockWatch{log: logger, out: make(chan BlockSnapshot), blocks: map[string]blockInfo{}}
+	go w.run(ctx, kv.Watch(ctx, blockPrefix))
 	return w.out
 }
 
 // blockWatch is WatchBlocks' state, owned by its goroutine.
 type blockWatch struct {
-	kv  *clientv3.Client
 	log *slog.Logger
 	out chan BlockSnapshot
 
 	blocks map[string]blockInfo // block key -> what it contributes
 	rev    int64
+	synced bool // a Reset has been seen
 	// last is the state as last published (nil before the first), kept
 	// private because the receiver owns the maps it is given; pending is
 	// the newest snapshot not yet taken by the receiver.
@@ -76,84 +66,59 @@ type blockInfo struct {
 	borrowed map[netip.Addr]string
 }
 
-func (w *blockWatch) run(ctx context.Context) {
+func (w *blockWatch) run(ctx context.Context, events <-chan datastore.KVEvent) {
 	defer close(w.out)
-	for ctx.Err() == nil {
-		err := w.listAndWatch(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		pause := watchRetry
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			pause = 0
-		}
-		w.log.Warn("IPAM block watch failed; relisting", "err", err, "backoff", pause)
-		if !w.wait(ctx, pause) {
-			return
-		}
-	}
-}
-
-// wait sleeps for d while still handing the pending snapshot to the
-// receiver; false when ctx ended.
-func (w *blockWatch) wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	for {
 		// select evaluates the value to send even when out is nil.
 		out, next := w.offer()
 		select {
 		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
+			return
 		case out <- next:
 			w.pending = nil
-		}
-	}
-}
-
-func (w *blockWatch) listAndWatch(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := w.kv.Get(lctx, blockPrefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
-		return fmt.Errorf("list IPAM blocks: %w", err)
-	}
-	w.blocks = make(map[string]blockInfo, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		w.apply(string(kv.Key), kv.Value, false)
-	}
-	w.rev = resp.Header.Revision
-	w.publish()
-
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer wcancel()
-	ch := w.kv.Watch(wctx, blockPrefix, clientv3.WithPrefix(), clientv3.WithRev(w.rev+1))
-	for {
-		// select evaluates the value to send even when out is nil.
-		out, next := w.offer()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case out <- next:
-			w.pending = nil
-		case wr, ok := <-ch:
+		case ev, ok := <-events:
 			if !ok {
-				return errors.New("watch IPAM blocks: channel closed")
+				return
 			}
-			if err := wr.Err(); err != nil {
-				return fmt.Errorf("watch IPAM blocks: %w", err)
+			w.handle(ev)
+			// Fold everything already queued into one snapshot.
+			for more := true; more; {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						return
+					}
+					w.handle(ev)
+				default:
+					more = false
+				}
 			}
-			for _, ev := range wr.Events {
-				w.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Type == mvccpb.DELETE)
+			if w.synced {
+				w.publish()
 			}
-			if wr.Header.Revision > w.rev {
-				w.rev = wr.Header.Revision
-			}
-			w.publish()
 		}
 	}
+}
+
+func (w *blockWatch) handle(ev datastore.KVEvent) {
+	switch ev.Type {
+	case datastore.KVReset:
+		clear(w.blocks)
+		for _, kv := range ev.Snapshot {
+			w.apply(kv.Key, kv.Value, false)
+		}
+		w.synced = true
+	case datastore.KVPut:
+		w.apply(ev.KV.Key, ev.KV.Value, false)
+	case datastore.KVDelete:
+		w.apply(ev.KV.Key, nil, true)
+	default:
+		if ev.Err != nil {
+			w.log.Warn("IPAM block watch failed; relisting", "err", ev.Err)
+		}
+		return
+	}
+	w.rev = max(w.rev, ev.Rev)
 }
 
 // offer returns the channel and value to send: a nil channel (blocks

@@ -52,7 +52,7 @@ func TestWatchBlocks(t *testing.T) {
 	f.create(t, ippool("pool1", "10.65.0.0/16", 26), node("node1", nil), node("node2", nil))
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	ch := ipam.WatchBlocks(ctx, f.kv, nil)
+	ch := ipam.WatchBlocks(ctx, f.store.IPAM(), nil)
 
 	// The first snapshot is the (empty) listing.
 	s := nextSnapshot(t, ch)
@@ -131,7 +131,7 @@ func TestWatchBlocksSurvivesRestart(t *testing.T) {
 	srv := etcdtest.Start(t)
 	f := newFixture(t, func(testing.TB, ...etcdtest.Option) *etcdtest.Server { return srv })
 	f.create(t, ippool("pool1", "10.66.0.0/16", 26), node("node1", nil))
-	ch := ipam.WatchBlocks(f.ctx, f.kv, nil)
+	ch := ipam.WatchBlocks(f.ctx, f.store.IPAM(), nil)
 	wantAffinity(t, nextSnapshot(t, ch), map[string]string{})
 	srv.Restart(t)
 	a := f.assign4(t, "node1", "h1")

@@ -18,6 +18,7 @@ import (
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/node/health"
 )
@@ -110,7 +111,7 @@ func (b *builder) controlPlane(a *actors) error {
 		})
 		etcd.Endpoints = a.etcd.Endpoints()
 	}
-	if err := etcd.Check(); err != nil {
+	if err := connect.Check(etcd); err != nil {
 		return err
 	}
 	b.cfg.etcd = etcd // install-cni writes these endpoints into the CNI config
@@ -174,7 +175,7 @@ func (b *builder) routing(a *actors) error {
 			Secrets:      bgp.SecretsDir(b.cfg.bgp.secretsDir),
 			Logger:       b.log,
 			Registerer:   b.reg,
-		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.etcd(), a.routes, b.agg.Register("bgp", true, true, 0))
+		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/overlay"
 	"github.com/projectcalico/calico-node/agent/xtables"
+	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/policy"
 )
 
@@ -35,7 +36,10 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	dp := &dataplane{}
 	dp.endpoints = agent.NewEndpoints(node, a.confwatch, a.routes, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), b.log)
 	a.felixConfig.AddRouteRefresher(dp.endpoints)
-	dp.blackholes = agent.NewBlackholes(node, a.store.blocks(b.log), a.routes, b.log)
+	blocks := func(ctx context.Context) <-chan ipam.BlockSnapshot {
+		return ipam.WatchBlocks(ctx, a.store.ipam(), b.log)
+	}
+	dp.blackholes = agent.NewBlackholes(node, blocks, a.routes, b.log)
 
 	runner := xtables.ExecRunner{}
 	b4, err := xtables.Detect(ctx, runner, 4)
@@ -59,10 +63,10 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 
-	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log}, overlay.Deps{
+	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log, FelixEnv: felixEnv}, overlay.Deps{
 		Updates: a.confwatch.Subscribe(overlay.Kinds()...),
-		Blocks:  a.store.blocks(b.log),
-		Store:   a.store, IPAM: a.store.ipam(b.log),
+		Blocks:  blocks,
+		Store:   a.store, IPAM: ipam.New(a.store.ipam(), a.store, b.log),
 		Kernel: a.nl, Routes: a.routes,
 		Health: b.agg.Register("overlay", true, true, 0),
 	})

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/node/autodetect"
 	"github.com/projectcalico/calico-node/internal/node/health"
@@ -25,12 +23,12 @@ import (
 // waits for that. Actors that must not start before it are added to the
 // group after Ready; confwatch is added at once and its first List waits.
 //
-// storeFuture implements confwatch.Source, overlay.Store and
-// controllers.Store; etcd and ipam give the etcd client and the IPAM
-// client on the same connection.
+// storeFuture implements confwatch.Source, overlay.Store,
+// controllers.Store and ipam.PoolSource; ipam gives the IPAM storage of
+// the same connection.
 type storeFuture struct {
 	ready chan struct{}
-	store *datastore.Store // set before ready is closed
+	store datastore.Store // set before ready is closed
 }
 
 func newStoreFuture() *storeFuture { return &storeFuture{ready: make(chan struct{})} }
@@ -39,12 +37,12 @@ func newStoreFuture() *storeFuture { return &storeFuture{ready: make(chan struct
 func (f *storeFuture) Ready() <-chan struct{} { return f.ready }
 
 // resolve hands store to everyone waiting; called once.
-func (f *storeFuture) resolve(store *datastore.Store) {
+func (f *storeFuture) resolve(store datastore.Store) {
 	f.store = store
 	close(f.ready)
 }
 
-func (f *storeFuture) wait(ctx context.Context) (*datastore.Store, error) {
+func (f *storeFuture) wait(ctx context.Context) (datastore.Store, error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -104,126 +102,71 @@ func (f *storeFuture) Watch(ctx context.Context, kind string, fromRevision int64
 	return s.Watch(ctx, kind, fromRevision)
 }
 
-// blocks is ipam.WatchBlocks on the connection (overlay.BlockWatch and
-// the blackholes actor's block stream); closed at once when ctx ends
-// before the datastore is there.
-func (f *storeFuture) blocks(logger *slog.Logger) func(ctx context.Context) <-chan ipam.BlockSnapshot {
-	return func(ctx context.Context) <-chan ipam.BlockSnapshot {
-		s, err := f.wait(ctx)
-		if err != nil {
-			ch := make(chan ipam.BlockSnapshot)
-			close(ch)
-			return ch
-		}
-		return ipam.WatchBlocks(ctx, s.Etcd(), logger)
-	}
-}
+// ipam is the IPAM storage of the connection (datastore.KV): the IPAM
+// clients, the block watches and the BGP speaker read the IPAM keys
+// through it.
+func (f *storeFuture) ipam() futureKV { return futureKV{f} }
 
-// etcd is the etcd client of the connection, as the BGP speaker reads
-// the IPAM keys (bgp.Etcd).
-func (f *storeFuture) etcd() futureEtcd { return futureEtcd{f} }
+type futureKV struct{ f *storeFuture }
 
-type futureEtcd struct{ f *storeFuture }
-
-func (e futureEtcd) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	s, err := e.f.wait(ctx)
+func (k futureKV) kv(ctx context.Context) (datastore.KV, error) {
+	s, err := k.f.wait(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.Etcd().Get(ctx, key, opts...)
+	return s.IPAM(), nil
+}
+
+func (k futureKV) Get(ctx context.Context, keys ...string) ([]datastore.KeyValue, error) {
+	kv, err := k.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kv.Get(ctx, keys...)
+}
+
+func (k futureKV) List(ctx context.Context, prefix string, keysOnly bool) ([]datastore.KeyValue, int64, error) {
+	kv, err := k.kv(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return kv.List(ctx, prefix, keysOnly)
+}
+
+func (k futureKV) Snapshot(ctx context.Context, prefixes ...string) ([][]datastore.KeyValue, error) {
+	kv, err := k.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kv.Snapshot(ctx, prefixes...)
+}
+
+func (k futureKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult, error) {
+	kv, err := k.kv(ctx)
+	if err != nil {
+		return datastore.TxnResult{}, err
+	}
+	return kv.Txn(ctx, t)
 }
 
 // Watch is closed at once when ctx ends before the datastore is there.
-func (e futureEtcd) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
-	s, err := e.f.wait(ctx)
+func (k futureKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
+	kv, err := k.kv(ctx)
 	if err != nil {
-		ch := make(chan clientv3.WatchResponse)
+		ch := make(chan datastore.KVEvent)
 		close(ch)
 		return ch
 	}
-	return s.Etcd().Watch(ctx, key, opts...)
+	return kv.Watch(ctx, prefix)
 }
 
-// ipam is an IPAM client on the connection (overlay.IPAM,
-// controllers.IPAM), logging to logger.
-func (f *storeFuture) ipam(logger *slog.Logger) futureIPAM { return futureIPAM{f, logger} }
-
-type futureIPAM struct {
-	f      *storeFuture
-	logger *slog.Logger
-}
-
-func (i futureIPAM) client(ctx context.Context) (*ipam.Client, error) {
-	s, err := i.f.wait(ctx)
-	if err != nil {
-		return nil, err
+func (k futureKV) String() string {
+	select {
+	case <-k.f.ready:
+		return k.f.store.IPAM().String()
+	default:
+		return "the datastore (not connected yet)"
 	}
-	// A Client is only the connection and a logger: one per call is free.
-	return ipam.New(s.Etcd(), s, i.logger), nil
-}
-
-func (i futureIPAM) AutoAssign(ctx context.Context, args ipam.AutoAssignArgs) (v4, v6 []netip.Prefix, err error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c.AutoAssign(ctx, args)
-}
-
-func (i futureIPAM) AssignIP(ctx context.Context, args ipam.AssignIPArgs) error {
-	c, err := i.client(ctx)
-	if err != nil {
-		return err
-	}
-	return c.AssignIP(ctx, args)
-}
-
-func (i futureIPAM) ReleaseByHandle(ctx context.Context, handleID string) error {
-	c, err := i.client(ctx)
-	if err != nil {
-		return err
-	}
-	return c.ReleaseByHandle(ctx, handleID)
-}
-
-func (i futureIPAM) Release(ctx context.Context, opts ...ipam.ReleaseOptions) ([]netip.Addr, error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Release(ctx, opts...)
-}
-
-func (i futureIPAM) IPsByHandle(ctx context.Context, handleID string) ([]netip.Addr, error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.IPsByHandle(ctx, handleID)
-}
-
-func (i futureIPAM) Lookup(ctx context.Context, ip netip.Addr) (ipam.Holder, error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return ipam.Holder{}, err
-	}
-	return c.Lookup(ctx, ip)
-}
-
-func (i futureIPAM) Check(ctx context.Context, liveNodes ...string) (*ipam.CheckReport, error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Check(ctx, liveNodes...)
-}
-
-func (i futureIPAM) ReleaseHostAffinities(ctx context.Context, node string, mustBeEmpty bool) ([]netip.Prefix, error) {
-	c, err := i.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.ReleaseHostAffinities(ctx, node, mustBeEmpty)
 }
 
 // startupActor connects to the datastore, registers this node, resolves
@@ -238,7 +181,7 @@ type startupActor struct {
 }
 
 func (s *startupActor) Run(ctx context.Context) error {
-	store, err := connect(ctx, s.etcd, s.log)
+	store, err := connectRetrying(ctx, s.etcd, s.log)
 	if err != nil {
 		return err
 	}
@@ -258,12 +201,12 @@ func (s *startupActor) Run(ctx context.Context) error {
 	return nil
 }
 
-// connect retries until the datastore answers: at start-up etcd may still
-// be coming up (embedded, or a pod on the same node).
-func connect(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (*datastore.Store, error) {
+// connectRetrying retries until the datastore answers: at start-up etcd
+// may still be coming up (embedded, or a pod on the same node).
+func connectRetrying(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (datastore.Store, error) {
 	backoff := 200 * time.Millisecond
 	for {
-		store, err := datastore.New(ctx, cfg)
+		store, err := connect.New(ctx, cfg)
 		if err == nil {
 			return store, nil
 		}

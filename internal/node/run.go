@@ -96,6 +96,11 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			release, err := holdAgentLock(cfg.dataDir)
+			if err != nil {
+				return err
+			}
+			defer release()
 			// One level for every logger of the process; FelixConfiguration
 			// may change it at runtime (agent.FelixConfig).
 			level := new(slog.LevelVar)

@@ -14,6 +14,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
+	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 )
 
@@ -173,7 +174,7 @@ func (b *builder) kube(a *actors) error {
 			Identity:       b.cfg.node.NodeName,
 			Logger:         b.log,
 			Registerer:     b.reg,
-		}, kc, a.store, a.store.ipam(b.log.With("component", "ipam")))
+		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // parseRun runs `calico-node run` flag parsing with args and env, without
@@ -127,7 +128,7 @@ func TestRunKubernetes(t *testing.T) {
 	ca, _ := os.ReadFile(kube.CAFile)
 	os.WriteFile(filepath.Join(sa, "ca.crt"), ca, 0o644)
 	os.WriteFile(filepath.Join(sa, "token"), []byte(kube.Token(t, "default", "default", time.Hour)), 0o600)
-	tmpl, err := os.ReadFile(filepath.Join("..", "..", "cniinstall", "testdata", "seed-template.conf"))
+	tmpl, err := os.ReadFile(filepath.Join(testbin.RepoRoot(), "cniinstall", "testdata", "seed-template.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -62,9 +63,9 @@ func (a *nodeProc) stop(t *testing.T) error {
 	return a.Stop(15 * time.Second)
 }
 
-func connectStore(t *testing.T, endpoints []string) *datastore.Store {
+func connectStore(t *testing.T, endpoints []string) datastore.Store {
 	t.Helper()
-	s, err := datastore.New(context.Background(), datastore.Config{Endpoints: endpoints})
+	s, err := etcd.New(context.Background(), datastore.Config{Endpoints: endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -445,7 +444,7 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 func (c *famCompiler) natTable(m *model) Table {
 	natActive := false
 	for _, p := range m.pools {
-		if pfx, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && pfx.Addr().Is6() == (c.version == 6) && p.Spec.NATOutgoing {
+		if p.Version() == c.version && p.NATOutgoing {
 			natActive = true
 		}
 	}
@@ -568,16 +567,14 @@ func (m *model) ipSets(version int, defs []*setDef) []IPSet {
 	}
 	all, masq := map[string]bool{}, map[string]bool{}
 	for _, p := range m.pools {
-		pfx, err := netip.ParsePrefix(p.Spec.CIDR)
-		if err != nil || pfx.Addr().Is6() != is6 {
+		if p.CIDR.Addr().Is6() != is6 {
 			continue
 		}
-		pfx = pfx.Masked()
-		if !loadBalancerOnly(p.Spec.AllowedUses) {
-			all[netMember(pfx)] = true
+		if !loadBalancerOnly(p.AllowedUses) {
+			all[netMember(p.CIDR)] = true
 		}
-		if p.Spec.NATOutgoing {
-			masq[netMember(pfx)] = true
+		if p.NATOutgoing {
+			masq[netMember(p.CIDR)] = true
 		}
 	}
 	sets = append(sets,

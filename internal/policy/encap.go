@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -66,14 +65,10 @@ func (m *model) encapFor(version int, cfg Config) encap {
 	var e encap
 	is6 := version == 6
 	for _, p := range m.pools {
-		pfx, err := netip.ParsePrefix(p.Spec.CIDR)
-		if err != nil {
-			continue
-		}
-		if on(string(p.Spec.IPIPMode)) && !is6 {
+		if p.IPIPOn() && !is6 {
 			e.ipip = true
 		}
-		if on(string(p.Spec.VXLANMode)) && pfx.Addr().Is6() == is6 {
+		if p.VXLANOn() && p.Version() == version {
 			e.vxlan = true
 		}
 	}
@@ -111,12 +106,6 @@ func (m *model) encapFor(version int, cfg Config) encap {
 		e.hosts = sortedKeys(hosts)
 	}
 	return e
-}
-
-// on reports whether an ipipMode or vxlanMode (Always, CrossSubnet)
-// turns the overlay on; an empty mode is Never, as Calico defaults it.
-func on(mode string) bool {
-	return mode != "" && mode != "Never"
 }
 
 // externalNodes parses externalNodesList, keeping the family's entries.

@@ -252,7 +252,8 @@ type model struct {
 	// wildcardHost is the host endpoint with interfaceName "*", if any.
 	wildcardHost *localEndpoint
 
-	pools []api.IPPool
+	// pools are the snapshot's IP pools that parse (api.ParsePool).
+	pools []api.Pool
 	// node is this node's name; nodes are the cluster's Nodes, whose
 	// addresses are the overlay's peers.
 	node  string
@@ -313,7 +314,14 @@ func buildModel(s *Snapshot) *model {
 	m.buildEntities(s, plabels)
 	m.buildTiers(s)
 	m.buildLocal(s, plabels)
-	m.pools = s.IPPools
+	for i := range s.IPPools {
+		p, err := api.ParsePool(&s.IPPools[i])
+		if err != nil {
+			m.problem("%v; ignored", err)
+			continue
+		}
+		m.pools = append(m.pools, p)
+	}
 	m.node, m.nodes = s.Node, s.Nodes
 	return m
 }

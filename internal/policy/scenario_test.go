@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -179,5 +180,29 @@ func TestNATOutgoing(t *testing.T) {
 		{name: "pool to pool is not", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "10.66.3.4", proto: 6, dport: 443, wantNAT: ""},
 		{name: "non-nat pool is not", postrouting: true, out: "eth0", src: "10.66.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: ""},
 		{name: "v6 pool without natOutgoing is not", postrouting: true, out: "eth0", src: "fd00:65::1", dst: "2001:db8::1", proto: 6, dport: 443, wantNAT: ""},
+	})
+}
+
+// TestUnusablePool: a pool written behind validation is left out of the
+// pool sets (so its traffic is not masqueraded) and reported once, by
+// name, like every other consumer of pools leaves it out.
+func TestUnusablePool(t *testing.T) {
+	s := base()
+	bad := pool("bad", "10.66.0.0/16", true)
+	bad.Spec.BlockSize = 50
+	s.IPPools = []api.IPPool{pool("nat", "10.65.0.0/16", true), bad}
+	res := policy.Compile(s)
+	wantProblem := "IPPool bad: blockSize 50 is out of range: IPv4 block sizes are 20-32; ignored"
+	if !slices.Equal(res.Problems, []string{wantProblem}) {
+		t.Errorf("problems %q, want [%q]", res.Problems, wantProblem)
+	}
+	for _, set := range res.V4.IPSets {
+		if (set.ID == "masq-ipam-pools" || set.ID == "network-ip-pools") && !slices.Equal(set.Members, []string{"10.65.0.0/16"}) {
+			t.Errorf("IP set %s members %q, want only the usable pool", set.Name, set.Members)
+		}
+	}
+	runProbes(t, s, []probe{
+		{name: "usable pool is masqueraded", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: "MASQUERADE"},
+		{name: "unusable pool is not", postrouting: true, out: "eth0", src: "10.66.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: ""},
 	})
 }

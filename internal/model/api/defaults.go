@@ -11,7 +11,7 @@ import "time"
 // Default implements Object.
 func (p *IPPool) Default() {
 	s := &p.Spec
-	if pfx, ok := parseCIDR(s.CIDR); ok {
+	if pfx, err := parsePoolCIDR(s.CIDR); err == nil {
 		// Canonical text ("fd00:0::/64" -> "fd00::/64") only when the CIDR is
 		// strictly masked: Calico rejects one with host bits set rather than
 		// masking it, and so does Validate.

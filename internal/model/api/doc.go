@@ -12,6 +12,14 @@
 // fills, Validate reports every bad field as a FieldError naming its path
 // and value. Nothing here does I/O.
 //
+// Pool is the one parsed view of an IPPool (masked CIDR, block size and
+// modes with defaults, parsed selectors) that IPAM, the policy compiler,
+// the overlay, BGP export and start-up all read; ParsePool and ParsePools
+// are the only code that parses a pool's CIDR and selectors, and Validate
+// and Default share their CIDR parse. A pool that does not parse is one
+// Validate would have refused: every consumer skips it and logs (or
+// reports) the *PoolError naming it, once per change of the pool.
+//
 // Deliberate choices: the default tier stays implicit (Spec.Tier empty,
 // TierName() reports "default") so default-tier policies are stored as
 // Calico stores them; Default never repairs what Validate should reject (an

@@ -85,9 +85,9 @@ func (s *IPPoolSpec) validate(f *fieldErrors, path string) {
 		f.add(cidrPath, nil, msgRequired)
 		return
 	}
-	pfx, ok := parseCIDR(s.CIDR)
-	if !ok {
-		f.add(cidrPath, s.CIDR, "is not a valid CIDR")
+	pfx, err := parsePoolCIDR(s.CIDR)
+	if err != nil {
+		f.add(cidrPath, s.CIDR, err.Error())
 		return
 	}
 	if pfx.Masked() != pfx {
@@ -105,11 +105,11 @@ func (s *IPPoolSpec) validate(f *fieldErrors, path string) {
 	if bs == 0 {
 		bs = defaultBlockSize(v6)
 	}
-	ver, lo, hi := 4, 20, 32
+	ver := 4
 	if v6 {
-		ver, lo, hi = 6, 116, 128
+		ver = 6
 	}
-	if bs < lo || bs > hi {
+	if lo, hi := blockSizeRange(v6); bs < lo || bs > hi {
 		f.add(field(path, "blockSize"), bs, fmt.Sprintf("is out of range: IPv%d block sizes are %d-%d", ver, lo, hi))
 	} else if !s.Disabled && bs < pfx.Bits() {
 		f.add(field(path, "blockSize"), bs, fmt.Sprintf("is smaller than the pool prefix /%d: a block cannot be larger than its pool", pfx.Bits()))

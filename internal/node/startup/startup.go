@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -306,11 +307,29 @@ func ensureClusterInformation(ctx context.Context, store Store, cfg Config) erro
 	ci.Spec.ClusterGUID = hex.EncodeToString(guid)
 	ci.Spec.DatastoreReady = &ready
 	ci.Spec.CalicoVersion = cfg.Version
-	ci.Spec.ClusterType = cfg.ClusterType
+	ci.Spec.ClusterType = clusterType(cfg.ClusterType, store)
 	if _, err := store.Create(ctx, ci); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
 		return fmt.Errorf("create ClusterInformation: %w", err)
 	}
 	return nil
+}
+
+// clusterType is CLUSTER_TYPE as Calico's clientv3 records it: on the
+// Kubernetes datastore "kdd" is appended ("k8s,bgp,kdd"; "kdd" alone when
+// unset), which is how Calico's components tell the datastore type.
+func clusterType(configured string, store Store) string {
+	typed, ok := store.(interface{ Type() string })
+	if !ok || typed.Type() != datastore.TypeKubernetes {
+		return configured
+	}
+	configured = strings.TrimSuffix(configured, ",")
+	if configured == "" {
+		return "kdd"
+	}
+	if slices.Contains(strings.Split(configured, ","), "kdd") {
+		return configured
+	}
+	return configured + ",kdd"
 }
 
 // ensureTiers creates the tiers Calico v3.31 always has.
@@ -345,9 +364,19 @@ func ensureDefaultPools(ctx context.Context, store Store, cfg Config, log *slog.
 		return fmt.Errorf("list IP pools: %w", err)
 	}
 	have := map[int]bool{}
-	for _, o := range objs {
-		if p, err := netip.ParsePrefix(o.(*api.IPPool).Spec.CIDR); err == nil {
-			have[family(p.Addr())] = true
+	pools, errs := api.ParsePools(objs)
+	for _, p := range pools {
+		have[p.Version()] = true
+	}
+	// A pool that does not parse is skipped by every consumer, but one
+	// whose CIDR did parse still means the user chose that family's pool:
+	// creating a default beside it would hand out addresses they did not
+	// ask for (Calico's start-up looks at the CIDR alone, too).
+	for _, err := range errs {
+		log.Warn("ignoring unusable IP pool", "err", err)
+		var pe *api.PoolError
+		if errors.As(err, &pe) && pe.CIDR.IsValid() {
+			have[family(pe.CIDR.Addr())] = true
 		}
 	}
 	for _, want := range []struct {
@@ -378,16 +407,25 @@ func ensureDefaultPools(ctx context.Context, store Store, cfg Config, log *slog.
 
 func buildPool(name string, fam int, pc PoolConfig) (*api.IPPool, error) {
 	env := "CALICO_IPV" + strconv.Itoa(fam) + "POOL_CIDR"
-	p, err := netip.ParsePrefix(pc.CIDR)
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q is not a valid CIDR", env, pc.CIDR)
-	}
-	if family(p.Addr()) != fam {
-		return nil, fmt.Errorf("%s=%q is not an IPv%d CIDR", env, pc.CIDR, fam)
-	}
 	pool := &api.IPPool{}
 	pool.Kind, pool.APIVersion, pool.Name = "IPPool", api.GroupVersion, name
-	pool.Spec.CIDR = p.Masked().String()
+	pool.Spec.CIDR = pc.CIDR
+	// The CIDR is read as every consumer reads a pool's, masked: Calico's
+	// start-up takes "10.0.0.1/16" as 10.0.0.0/16. A problem in another
+	// field is left to Validate, which names it.
+	var cidr netip.Prefix
+	var pe *api.PoolError
+	if p, err := api.ParsePool(pool); err == nil {
+		cidr = p.CIDR
+	} else if errors.As(err, &pe) && pe.CIDR.IsValid() {
+		cidr = pe.CIDR
+	} else {
+		return nil, fmt.Errorf("%s=%q is not a valid CIDR", env, pc.CIDR)
+	}
+	if family(cidr.Addr()) != fam {
+		return nil, fmt.Errorf("%s=%q is not an IPv%d CIDR", env, pc.CIDR, fam)
+	}
+	pool.Spec.CIDR = cidr.String()
 	pool.Spec.BlockSize = pc.BlockSize
 	pool.Spec.IPIPMode = api.IPIPMode(normaliseMode(pc.IPIPMode))
 	pool.Spec.VXLANMode = api.VXLANMode(normaliseMode(pc.VXLANMode))

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,5 +223,96 @@ func TestNodeName(t *testing.T) {
 	}
 	if n, _ := NodeName("", get); n != "worker-1" {
 		t.Errorf("HOSTNAME: %q", n)
+	}
+}
+
+// TestDefaultPoolsBesideExisting: a family's default pool is created only
+// when the datastore has no pool of that family. A pool written behind
+// validation still counts when its CIDR names the family (the user chose
+// a pool there), and does not when even its CIDR is unreadable.
+func TestDefaultPoolsBesideExisting(t *testing.T) {
+	raw := func(name, cidr string, blockSize int) *api.IPPool {
+		p := &api.IPPool{}
+		p.Kind, p.APIVersion, p.Name = "IPPool", api.GroupVersion, name
+		p.Spec.CIDR, p.Spec.BlockSize = cidr, blockSize
+		return p
+	}
+	tests := []struct {
+		name     string
+		existing []*api.IPPool
+		created  []string
+	}{
+		{name: "none", created: []string{"default-ipv4-ippool", "default-ipv6-ippool"}},
+		{name: "a valid IPv4 pool", existing: []*api.IPPool{raw("mine", "10.10.0.0/16", 0)}, created: []string{"default-ipv6-ippool"}},
+		{name: "an IPv6 pool with a bad block size", existing: []*api.IPPool{raw("broken", "fd00:99::/48", 26)}, created: []string{"default-ipv4-ippool"}},
+		{name: "an unreadable CIDR", existing: []*api.IPPool{raw("garbage", "10.10.0.0/99", 0)}, created: []string{"default-ipv4-ippool", "default-ipv6-ippool"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMem()
+			for _, p := range tc.existing {
+				m.objs[key("IPPool", p.Name)] = p // behind validation, as an old writer would
+			}
+			cfg := baseConfig(t)
+			cfg.IPv6Pool = PoolConfig{CIDR: "fd00:10::/48"}
+			if err := ensureDefaultPools(context.Background(), m, cfg, quiet()); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"default-ipv4-ippool", "default-ipv6-ippool"} {
+				_, ok := m.objs[key("IPPool", name)]
+				if want := slices.Contains(tc.created, name); ok != want {
+					t.Errorf("%s created = %v, want %v", name, ok, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDefaultPoolMasksHostBits: CALICO_IPV4POOL_CIDR with host bits set is
+// taken as its network, as Calico's start-up takes it.
+func TestDefaultPoolMasksHostBits(t *testing.T) {
+	p, err := buildPool("p", 4, PoolConfig{CIDR: "10.1.2.3/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.CIDR != "10.1.0.0/16" {
+		t.Errorf("pool CIDR %q, want 10.1.0.0/16", p.Spec.CIDR)
+	}
+}
+
+// typedStore is a memStore that says which datastore it is.
+type typedStore struct {
+	*memStore
+	typ string
+}
+
+func (s typedStore) Type() string { return s.typ }
+
+// TestClusterTypeRecordsKDD: on the Kubernetes datastore the
+// ClusterInformation created at start-up says "kdd", as Calico's does.
+func TestClusterTypeRecordsKDD(t *testing.T) {
+	tests := []struct {
+		typ, configured, want string
+	}{
+		{datastore.TypeEtcd, "k8s,bgp", "k8s,bgp"},
+		{datastore.TypeEtcd, "", ""},
+		{datastore.TypeKubernetes, "", "kdd"},
+		{datastore.TypeKubernetes, "k8s,bgp", "k8s,bgp,kdd"},
+		{datastore.TypeKubernetes, "k8s,bgp,", "k8s,bgp,kdd"},
+		{datastore.TypeKubernetes, "k8s,kdd", "k8s,kdd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.typ+"/"+tc.configured, func(t *testing.T) {
+			s := typedStore{newMem(), tc.typ}
+			cfg := baseConfig(t)
+			cfg.ClusterType = tc.configured
+			if err := ensureClusterInformation(context.Background(), s, cfg); err != nil {
+				t.Fatal(err)
+			}
+			ci := s.objs["ClusterInformation/default"].(*api.ClusterInformation)
+			if ci.Spec.ClusterType != tc.want {
+				t.Errorf("clusterType = %q, want %q", ci.Spec.ClusterType, tc.want)
+			}
+		})
 	}
 }

@@ -1,0 +1,47 @@
+package datastore
+
+import (
+	"fmt"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+// EventType says what an Event reports.
+type EventType int
+
+const (
+	// Added: a resource was created.
+	Added EventType = iota + 1
+	// Modified: a resource changed.
+	Modified
+	// Deleted: a resource was removed; Object is its last value (or a stub
+	// with kind, namespace and name when the value is gone).
+	Deleted
+	// Reset: the watch restarted; Objects is the complete current set of
+	// what is watched, replacing everything seen before.
+	Reset
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "Added"
+	case Modified:
+		return "Modified"
+	case Deleted:
+		return "Deleted"
+	case Reset:
+		return "Reset"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one item of a Watch stream. An event with Err set reports a
+// problem the watcher is handling (its Type is 0); the stream goes on.
+type Event struct {
+	Type     EventType
+	Object   api.Object   // Added, Modified, Deleted
+	Objects  []api.Object // Reset
+	Revision int64        // revision of the change, or of the list for Reset
+	Err      error
+}
