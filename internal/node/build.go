@@ -18,6 +18,7 @@ import (
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/node/health"
@@ -100,8 +101,8 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 // controlPlane builds the health server, the datastore (embedded etcd,
 // startup) and confwatch.
 func (b *builder) controlPlane(a *actors) error {
-	etcd := b.cfg.etcd
-	if len(etcd.Endpoints) == 0 {
+	ds := b.cfg.datastore
+	if ds.EffectiveType() == datastore.TypeEtcd && len(ds.Endpoints) == 0 {
 		a.etcd = embedetcd.New(embedetcd.Config{
 			DataDir:   filepath.Join(b.cfg.dataDir, "etcd"),
 			ClientURL: b.cfg.embedClient,
@@ -109,15 +110,15 @@ func (b *builder) controlPlane(a *actors) error {
 			Name:      b.cfg.node.NodeName,
 			Logger:    b.log,
 		})
-		etcd.Endpoints = a.etcd.Endpoints()
+		ds.Endpoints = a.etcd.Endpoints()
 	}
-	if err := connect.Check(etcd); err != nil {
+	if err := connect.Check(ds); err != nil {
 		return err
 	}
-	b.cfg.etcd = etcd // install-cni writes these endpoints into the CNI config
+	b.cfg.datastore = ds // install-cni writes the embedded etcd's endpoints into the CNI config
 	a.health = health.NewServer(b.cfg.healthAddr, b.agg, b.reg, b.log)
 	a.startup = &startupActor{
-		etcd: etcd, node: b.cfg.node, future: a.store,
+		datastore: ds, node: b.cfg.node, future: a.store,
 		health: b.agg.Register("startup", false, true, 0), log: b.log,
 	}
 	// Built before the group runs, reading the datastore through the

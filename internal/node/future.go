@@ -173,15 +173,15 @@ func (k futureKV) String() string {
 // the future, then holds the connection for the other actors until the
 // group stops.
 type startupActor struct {
-	etcd   datastore.Config
-	node   startup.Config
-	future *storeFuture
-	health *health.Reporter
-	log    *slog.Logger
+	datastore datastore.Config
+	node      startup.Config
+	future    *storeFuture
+	health    *health.Reporter
+	log       *slog.Logger
 }
 
 func (s *startupActor) Run(ctx context.Context) error {
-	store, err := connectRetrying(ctx, s.etcd, s.log)
+	store, err := connectRetrying(ctx, s.datastore, s.log)
 	if err != nil {
 		return err
 	}

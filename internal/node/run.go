@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,7 +23,9 @@ import (
 
 // runConfig is everything `calico-node run` is told by flags and env.
 type runConfig struct {
-	etcd        datastore.Config
+	// datastore is where Calico data lives: etcd (embedded when no
+	// endpoints are given) or the Kubernetes API.
+	datastore   datastore.Config
 	dataDir     string
 	embedClient string
 	embedPeer   string
@@ -54,6 +57,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
 		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
 			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
 			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
 			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
@@ -116,15 +120,34 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	if eps := c.String("etcd-endpoints"); eps != "" {
 		for _, e := range strings.Split(eps, ",") {
 			if e = strings.TrimSpace(e); e != "" {
-				cfg.etcd.Endpoints = append(cfg.etcd.Endpoints, e)
+				cfg.datastore.Endpoints = append(cfg.datastore.Endpoints, e)
 			}
 		}
 	}
-	cfg.etcd.CACertFile = c.String("etcd-ca-cert-file")
-	cfg.etcd.CertFile = c.String("etcd-cert-file")
-	cfg.etcd.KeyFile = c.String("etcd-key-file")
-	cfg.etcd.Username = c.String("etcd-username")
-	cfg.etcd.Password = c.String("etcd-password")
+	cfg.datastore.CACertFile = c.String("etcd-ca-cert-file")
+	cfg.datastore.CertFile = c.String("etcd-cert-file")
+	cfg.datastore.KeyFile = c.String("etcd-key-file")
+	cfg.datastore.Username = c.String("etcd-username")
+	cfg.datastore.Password = c.String("etcd-password")
+	switch t := strings.ToLower(c.String("datastore-type")); t {
+	case datastore.TypeEtcd, "":
+		cfg.datastore.Type = datastore.TypeEtcd
+	case datastore.TypeKubernetes:
+		cfg.datastore.Type = datastore.TypeKubernetes
+		cfg.datastore.Kube = datastore.KubeConfig{
+			Kubeconfig:  c.String("kubeconfig"),
+			APIEndpoint: getenv("K8S_API_ENDPOINT"),
+			CAFile:      getenv("K8S_CA_FILE"),
+			CertFile:    getenv("K8S_CERT_FILE"),
+			KeyFile:     getenv("K8S_KEY_FILE"),
+			Token:       getenv("K8S_API_TOKEN"),
+		}
+		if len(cfg.datastore.Endpoints) > 0 {
+			return cfg, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
+		}
+	default:
+		return cfg, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+	}
 	cfg.dataDir = c.String("data-dir")
 	cfg.embedClient = c.String("embedded-etcd-client-url")
 	cfg.embedPeer = c.String("embedded-etcd-peer-url")

@@ -41,7 +41,7 @@ func kubeFlags() []cli.Flag {
 	env := func(names ...string) []string { return names }
 	return []cli.Flag{
 		&cli.StringFlag{Name: "controllers", EnvVars: env("ENABLED_CONTROLLERS"), Usage: "kube-controllers to run, leader-elected: " + strings.Join(controllers.All, ",")},
-		&cli.StringFlag{Name: "kubeconfig", EnvVars: env("KUBECONFIG"), Usage: "kubeconfig for the controllers (default: in-cluster service account)"},
+		&cli.StringFlag{Name: "kubeconfig", EnvVars: env("KUBECONFIG"), Usage: "kubeconfig for the Kubernetes datastore and the controllers (default: in-cluster service account)"},
 		&cli.StringFlag{Name: "controllers-lease-namespace", EnvVars: env("CALICO_CONTROLLERS_LEASE_NAMESPACE"), Value: controllers.DefaultLeaseNamespace},
 		&cli.StringFlag{Name: "k8s-node-ref", EnvVars: env("CALICO_K8S_NODE_REF"), Usage: "this node's Kubernetes name, recorded in the Node's spec.orchRefs"},
 		&cli.BoolFlag{Name: "install-cni", EnvVars: env("CALICO_INSTALL_CNI"), Usage: "install the CNI plugin and config (implied by CNI_NETWORK_CONFIG or CNI_NETWORK_CONFIG_FILE)"},
@@ -109,10 +109,10 @@ func kubeConfigInto(c *cli.Context, getenv func(string) string, environ []string
 		SkipTLSVerify:      c.Bool("skip-tls-verify"),
 		NodeName:           nodeName,
 		MTU:                c.String("cni-mtu"),
-		EtcdEndpoints:      strings.Join(cfg.etcd.Endpoints, ","),
-		EtcdCACertFile:     cfg.etcd.CACertFile,
-		EtcdCertFile:       cfg.etcd.CertFile,
-		EtcdKeyFile:        cfg.etcd.KeyFile,
+		EtcdEndpoints:      strings.Join(cfg.datastore.Endpoints, ","),
+		EtcdCACertFile:     cfg.datastore.CACertFile,
+		EtcdCertFile:       cfg.datastore.CertFile,
+		EtcdKeyFile:        cfg.datastore.KeyFile,
 		Getenv:             getenv,
 		KeepBinaries:       !c.Bool("update-cni-binaries"),
 	}
@@ -146,7 +146,7 @@ func (b *builder) kube(a *actors) error {
 		cni.Logger = b.log
 		// With an embedded etcd the endpoints are known only now.
 		if cni.EtcdEndpoints == "" {
-			cni.EtcdEndpoints = strings.Join(b.cfg.etcd.Endpoints, ",")
+			cni.EtcdEndpoints = strings.Join(b.cfg.datastore.Endpoints, ",")
 		}
 		in, err := cniinstall.New(cni)
 		if err != nil {
