@@ -45,7 +45,7 @@ image: build
 deps:
 	./scripts/deps.sh
 
-# kube-apiserver, kube-controller-manager, kubectl and kubelet for the tests that
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet for the tests that
 # need a real control plane (package internal/testkit/kubetest), built from the Go module
 # proxy once into ~/.cache/calico-node/kube-bin (CALICO_KUBE_BIN_DIR);
 # several minutes cold, nothing when cached. CALICO_KUBE_TESTS=skip skips.
