@@ -143,10 +143,16 @@ func install(t *testing.T, fl flavour) {
 	}
 	t.Logf("kubectl apply to calico-node Ready: %v", time.Since(start).Round(time.Millisecond))
 	pod := calicoPod(t, kube)
-	if !pod.Spec.HostNetwork || pod.Status.ContainerStatuses[0].Image != image || !pod.Status.ContainerStatuses[0].Ready {
-		t.Errorf("calico-node pod: hostNetwork %v, image %q, ready %v; want host network, %s, ready",
-			pod.Spec.HostNetwork, pod.Status.ContainerStatuses[0].Image, pod.Status.ContainerStatuses[0].Ready, image)
+	if st := pod.Status.ContainerStatuses[0]; !pod.Spec.HostNetwork || st.Image != image || !st.Ready || st.RestartCount != 0 {
+		t.Errorf("calico-node pod: hostNetwork %v, image %q, ready %v, %d restarts; want host network, %s, ready, none\n%s",
+			pod.Spec.HostNetwork, st.Image, st.Ready, st.RestartCount, image, diagnose(kube, node))
 	}
+	// Whatever fails from here on, the agent's side of it.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(diagnose(kube, node))
+		}
+	})
 
 	// install-cni, through the pod's hostPath volumes, into the node's
 	// CNI directories.
