@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -44,6 +45,7 @@ type flavour struct {
 
 var flavours = []flavour{
 	{name: "etcd", rbac: "rbac-etcd.yaml", manifest: "calico-node.yaml"},
+	{name: "kdd", crds: "crds.yaml", rbac: "rbac-kdd.yaml", manifest: "calico-node-kdd.yaml"},
 }
 
 // TestInstall installs calico-node on a real kubelet node from the image
@@ -172,6 +174,11 @@ func install(t *testing.T, fl flavour) {
 		}
 	}
 	node.WaitReady(t, 60*time.Second)
+	// The controllers run in the pod, under their Lease.
+	waitFor(t, 30*time.Second, "the calico-node pod holds the controllers' Lease", func() bool {
+		out, _ := kube.RunKubectl(nil, "-n", "kube-system", "get", "lease", "calico-kube-controllers", "-o", "jsonpath={.spec.holderIdentity}")
+		return out == kubetest.NodeName
+	})
 
 	calicoctl := func(args ...string) string {
 		t.Helper()
@@ -317,15 +324,9 @@ func edit(t *testing.T, s, old, new string) string {
 	return strings.Replace(s, old, new, 1)
 }
 
-func kubectl(t *testing.T, kube *kubetest.Cluster, stdin *strings.Reader, args ...string) string {
+func kubectl(t *testing.T, kube *kubetest.Cluster, stdin io.Reader, args ...string) string {
 	t.Helper()
-	var out string
-	var err error
-	if stdin != nil {
-		out, err = kube.RunKubectl(stdin, args...)
-	} else {
-		out, err = kube.RunKubectl(nil, args...)
-	}
+	out, err := kube.RunKubectl(stdin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
