@@ -127,7 +127,8 @@ func TestCalicoDatastoreInterop(t *testing.T) {
 		}
 
 		// Release Calico's handle: its address goes to the back of the
-		// queue, its attribute goes, ours is renumbered.
+		// queue, its attribute goes (its sequence number stays), ours is
+		// renumbered.
 		if err := f.c.ReleaseByHandle(f.ctx, refHandle); err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,9 @@ func TestCalicoDatastoreInterop(t *testing.T) {
 			fmt.Fprintf(&want, "%d,", i)
 		}
 		want.WriteString(`0],"attributes":[{"handle_id":"k8s-pod-network.ours","secondary":{"namespace":"default","node":"node1","pod":"web-0","timestamp":"2026-11-22 10:00:00 +0000 UTC"}}],`)
-		fmt.Fprintf(&want, `"sequenceNumber":%d,"sequenceNumberForAllocation":{"1":%d},"deleted":false}`, seq+2, seq)
+		// A release by handle leaves the ordinal's sequence number, as
+		// Calico's does.
+		fmt.Fprintf(&want, `"sequenceNumber":%d,"sequenceNumberForAllocation":{"0":%d,"1":%d},"deleted":false}`, seq+2, seq-1, seq)
 		if got := f.raw(t, blockKey); got != want.String() {
 			t.Errorf("block after allocate + release:\n got %s\nwant %s", got, want.String())
 		}

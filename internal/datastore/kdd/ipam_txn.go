@@ -36,13 +36,20 @@ const unconditionalRetries = 10
 //     Succeeded=false with fresh reads of every Cond's key and of the
 //     Refresh prefixes; any other error is returned after the undo.
 //
-// One write is added to Calico's order: an affinity that a Txn confirms
-// together with other writes (a block claim) is written "pending" in its
-// place and confirmed after all the others, as libcalico-go claims blocks
-// on this datastore. A claim interrupted half-way (a crash, a lost
+// One write is added to the caller's: an affinity that a Txn confirms
+// together with a block write (a block claim) is written "pending" in its
+// place and confirmed once every op applied, as libcalico-go claims
+// blocks on this datastore. A claim interrupted half-way (a crash, a lost
 // connection, a failed undo) thus never leaves a confirmed affinity to a
 // block the node does not hold, which BGP would announce; IPAM completes
-// or drops a pending one (see package ipam).
+// or drops a pending one (see package ipam). The confirmation comes after
+// the block write that decided the claim and so never fails the Txn (see
+// confirm).
+//
+// The API server does not give a write that changes nothing a new
+// resourceVersion, so such a write does not show to the conditions of
+// others; IPAM's block writes always change the block (its sequence
+// number), and confirm covers the one case where it matters.
 func (k *ipamKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult, error) {
 	conds := make(map[string]datastore.Cond, len(t.Conds))
 	for _, c := range t.Conds {
@@ -307,7 +314,8 @@ func (w *txnWriter) apply(ctx context.Context, op datastore.Op) error {
 		case conditional:
 			return errCondFailed
 		case attempt+1 >= unconditionalRetries:
-			return fmt.Errorf("write %s: gave up after %d attempts: %w", op.Key, unconditionalRetries, err)
+			// Not a failed condition (there is none): an error.
+			return fmt.Errorf("write %s: gave up after %d attempts, the last: %v", op.Key, unconditionalRetries, err)
 		}
 	}
 }
