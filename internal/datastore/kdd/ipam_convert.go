@@ -515,6 +515,9 @@ func encodeHandle(key string, value []byte) (ipamObject, error) {
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
+	if v.Block == nil {
+		v.Block = map[string]int{} // required by Calico's schema
+	}
 	return newIPAMObject("IPAMHandle", strings.ToLower(id), nil, handleSpec{HandleID: id, Block: v.Block, Deleted: v.Deleted})
 }
 
