@@ -41,9 +41,14 @@ kube-bins:
 	$(GO) run ./internal/testkit/kubetest/kubebins
 
 # Tests share the one binary built here (CALICO_NODE_BIN) instead of each
-# package building its own.
+# package building its own. testsum prints a line per package, then every
+# failure with its output, every skipped test with its reason, and
+# "N passed, N failed, N skipped"; it fails when anything failed, and
+# pipefail keeps go test's own exit status.
+test: SHELL := /bin/bash
+test: .SHELLFLAGS := -o pipefail -c
 test: deps build kube-bins
-	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -timeout 20m $(TESTFLAGS) ./...
+	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -json -count=1 -timeout 20m $(TESTFLAGS) ./... | $(GO) run ./internal/testkit/testsum
 
 # Pure packages only: no root, no etcd.
 unit:

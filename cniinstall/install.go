@@ -25,10 +25,24 @@ const (
 	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	DefaultMTU               = "1500"
 	DefaultInterval          = 10 * time.Second
-
-	kubeconfigName = "calico-kubeconfig"
-	tlsDirName     = "calico-tls"
 )
+
+// Names of what the installer writes besides the config and the plugins
+// (`calico-node cleanup` recognises them by these).
+const (
+	// KubeconfigName is the plugin's kubeconfig in the conf dir.
+	KubeconfigName = "calico-kubeconfig"
+	// KubeconfigHeader is the first line of every kubeconfig the installer
+	// writes: what tells it apart from one stock Calico or an operator
+	// wrote.
+	KubeconfigHeader = "# Kubeconfig of the Calico CNI plugin, written by calico-node.\n"
+	// TLSDirName holds the copies of the etcd TLS files in the conf dir.
+	TLSDirName = "calico-tls"
+)
+
+// TLSFileNames are the copies of the etcd TLS files in TLSDirName (Sync's
+// names).
+func TLSFileNames() []string { return []string{"etcd-ca", "etcd-cert", "etcd-key"} }
 
 // DefaultTemplate is installed when no CNI_NETWORK_CONFIG is given: the
 // Calico plugin on this etcd datastore, Kubernetes policy and Calico IPAM.
@@ -193,7 +207,7 @@ func (in *Installer) values(token string, tls map[string]string) map[string]stri
 		"__KUBERNETES_SERVICE_HOST__": c.KubernetesHost,
 		"__KUBERNETES_SERVICE_PORT__": c.KubernetesPort,
 		"__SERVICEACCOUNT_TOKEN__":    token,
-		"__KUBECONFIG_FILEPATH__":     filepath.Join(c.HostConfDir, kubeconfigName),
+		"__KUBECONFIG_FILEPATH__":     filepath.Join(c.HostConfDir, KubeconfigName),
 		"__ETCD_ENDPOINTS__":          c.EtcdEndpoints,
 		"__ETCD_KEY_FILE__":           tls["etcd-key"],
 		"__ETCD_CERT_FILE__":          tls["etcd-cert"],
@@ -346,7 +360,7 @@ func (in *Installer) Sync() ([]string, error) {
 		if err != nil {
 			return changed, fmt.Errorf("read etcd TLS file %s: %w", f.src, err)
 		}
-		dir := filepath.Join(in.cfg.ConfDir, tlsDirName)
+		dir := filepath.Join(in.cfg.ConfDir, TLSDirName)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return changed, fmt.Errorf("create %s: %w", dir, err)
 		}
@@ -355,7 +369,7 @@ func (in *Installer) Sync() ([]string, error) {
 		if err := note(dst, did, err); err != nil {
 			return changed, err
 		}
-		tls[f.name] = filepath.Join(in.cfg.HostConfDir, tlsDirName, f.name)
+		tls[f.name] = filepath.Join(in.cfg.HostConfDir, TLSDirName, f.name)
 	}
 
 	// The service account: token (rotated by kubelet) and CA.
@@ -368,7 +382,7 @@ func (in *Installer) Sync() ([]string, error) {
 		if err != nil {
 			return changed, err
 		}
-		path := filepath.Join(in.cfg.ConfDir, kubeconfigName)
+		path := filepath.Join(in.cfg.ConfDir, KubeconfigName)
 		did, err := writeFile(path, kc, 0o600)
 		if err := note(path, did, err); err != nil {
 			return changed, err
@@ -415,8 +429,8 @@ func (in *Installer) kubeconfig(token string, ca []byte) ([]byte, error) {
 		tlsLine = "certificate-authority-data: " + base64.StdEncoding.EncodeToString(ca)
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `# Kubeconfig of the Calico CNI plugin, written by calico-node.
-apiVersion: v1
+	b.WriteString(KubeconfigHeader)
+	fmt.Fprintf(&b, `apiVersion: v1
 kind: Config
 clusters:
 - name: local

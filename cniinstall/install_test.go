@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -395,13 +397,9 @@ func TestKeepBinaries(t *testing.T) {
 // TestPluginRuns: the installed calico and calico-ipam are this binary and
 // answer the CNI VERSION command, dispatching on argv[0].
 func TestPluginRuns(t *testing.T) {
-	bin := os.Getenv("CALICO_NODE_BIN")
-	if bin == "" {
-		t.Skip("CALICO_NODE_BIN not set (make test sets it)")
-	}
 	e := newEnv(t)
 	cfg := e.config(t)
-	cfg.Source = bin
+	cfg.Source = testbin.Path(t)
 	if _, err := mustNew(t, cfg).Sync(); err != nil {
 		t.Fatal(err)
 	}

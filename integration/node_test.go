@@ -89,6 +89,7 @@ func newNode(t *testing.T) *node {
 			"type":           "calico",
 			"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
 			"nodename":       nodeName,
+			"mtu":            1500, // not the machine's /var/lib/calico/mtu
 			"ipam_lock_file": filepath.Join(t.TempDir(), "ipam.lock"),
 			"ipam":           map[string]any{"type": "calico-ipam"},
 			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},

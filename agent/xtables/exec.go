@@ -57,5 +57,19 @@ func Detect(ctx context.Context, r Runner, family int) (Backend, error) {
 	if m := modeRE.FindStringSubmatch(out); m != nil && m[1] == "nf_tables" {
 		mode = "nft"
 	}
-	return Backend{Mode: mode, Save: base + "-" + mode + "-save", Restore: base + "-" + mode + "-restore", Family: family}, nil
+	return BackendFor(mode, family), nil
+}
+
+// Modes returns the iptables flavours Detect can answer. Both may hold
+// rules on one host (a host that switched, or tools that disagree), each in
+// its own tables.
+func Modes() []string { return []string{"nft", "legacy"} }
+
+// BackendFor names the commands of mode ("nft" or "legacy") for family.
+func BackendFor(mode string, family int) Backend {
+	base := "iptables"
+	if family == 6 {
+		base = "ip6tables"
+	}
+	return Backend{Mode: mode, Save: base + "-" + mode + "-save", Restore: base + "-" + mode + "-restore", Family: family}
 }

@@ -16,14 +16,25 @@ type savedSet struct {
 
 // setPrefixes are the name prefixes of our sets of this family: the live
 // sets and the scratch set.
-func (p *Programmer) setPrefixes() []string {
-	v := fmt.Sprint(p.b.Family)
+func (p *Programmer) setPrefixes() []string { return setPrefixes(p.b.Family) }
+
+func setPrefixes(family int) []string {
+	v := fmt.Sprint(family)
 	return []string{"cali" + v + "0", "cali" + v + "t"}
 }
 
-func (p *Programmer) ours(name string) bool {
-	for _, pre := range p.setPrefixes() {
-		if strings.HasPrefix(name, pre) {
+func (p *Programmer) ours(name string) bool { return hasPrefix(name, p.setPrefixes()) }
+
+// IsOurSet reports whether an IP set is calico-node's, of either family:
+// the live sets cali40*/cali60* (policy's names) and the scratch sets
+// cali4t*/cali6t* a restore fills before swapping.
+func IsOurSet(name string) bool {
+	return hasPrefix(name, setPrefixes(4)) || hasPrefix(name, setPrefixes(6))
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, pre := range prefixes {
+		if strings.HasPrefix(s, pre) {
 			return true
 		}
 	}

@@ -36,12 +36,9 @@ func parseSave(out string) savedTable {
 		case strings.HasPrefix(line, "-A "):
 			rest := line[3:]
 			chain, spec, _ := strings.Cut(rest, " ")
-			hash := ""
-			if m := hashRE.FindStringSubmatch(spec); m != nil {
-				hash = m[1]
-			}
+			hash := RuleHash(spec)
 			t.chains[chain] = append(t.chains[chain], hash)
-			if hash != "" && !isOurs(chain) {
+			if hash != "" && !IsOurChain(chain) {
 				t.specs[chain] = append(t.specs[chain], spec)
 			}
 		}
@@ -49,4 +46,20 @@ func parseSave(out string) savedTable {
 	return t
 }
 
-func isOurs(chain string) bool { return strings.HasPrefix(chain, "cali-") }
+// IsOurChain reports whether a chain is calico-node's: every chain named
+// cali-* (Calico reserves the prefix; felix owns it the same way).
+func IsOurChain(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
+
+// ChainPrefix starts the name of every chain calico-node owns.
+const ChainPrefix = "cali-"
+
+// RuleHash returns the hash of a rule calico-node wrote, read from its
+// "cali:<hash>" comment in a rule as iptables-save prints it (everything
+// after "-A <chain> "), or "" for a rule without one: someone else's. In a
+// chain that is not ours, a rule with a hash is one of our hooks.
+func RuleHash(spec string) string {
+	if m := hashRE.FindStringSubmatch(spec); m != nil {
+		return m[1]
+	}
+	return ""
+}

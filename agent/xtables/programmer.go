@@ -190,7 +190,7 @@ func (k *kernelState) after(f *policy.Family, hashes map[string]chainHashes) *ke
 		old := k.tables[t.Name]
 		nt := savedTable{chains: map[string][]string{}, specs: old.specs}
 		for _, name := range old.order {
-			if !isOurs(name) || t.Chain(name) != nil {
+			if !IsOurChain(name) || t.Chain(name) != nil {
 				nt.chains[name] = old.chains[name]
 				nt.order = append(nt.order, name)
 			}
@@ -280,7 +280,7 @@ func diffTable(t *policy.Table, saved savedTable, hashes chainHashes, st *Stats)
 	}
 	// Stale chains of ours: flushed by their header, deleted at the end.
 	for _, name := range saved.order {
-		if isOurs(name) && t.Chain(name) == nil {
+		if IsOurChain(name) && t.Chain(name) == nil {
 			heads = append(heads, ":"+name+" - [0:0]")
 			tail = append(tail, "-X "+name)
 			st.ChainsDeleted++

@@ -2,12 +2,15 @@ package kubelet
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -30,8 +34,9 @@ const (
 )
 
 // The DaemonSet's CNI template (deploy/calico-node.yaml) plus
-// nodename_file: the agent's data dir is a temporary one here, not the
-// /var/lib/calico the plugin reads by default.
+// nodename_file and ipam_lock_file: the agent's data dir is a temporary
+// one here, not the /var/lib/calico the plugin reads by default, and the
+// IPAM lock is the test's, not the machine's /var/run/calico/ipam.lock.
 const cniTemplate = `{
     "name": "k8s-pod-network",
     "cniVersion": "0.3.1",
@@ -39,6 +44,7 @@ const cniTemplate = `{
     "etcd_endpoints": "__ETCD_ENDPOINTS__",
     "log_level": "info",
     "nodename_file": "%s",
+    "ipam_lock_file": "%s",
     "mtu": __CNI_MTU__,
     "ipam": {"type": "calico-ipam"},
     "policy": {"type": "k8s"},
@@ -49,13 +55,17 @@ const cniTemplate = `{
 // IPAM, policy controllers and dataplane.
 func TestKubeletNode(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Fatal("needs root: runs kubelet and containerd in the host namespace")
+		t.Fatal("needs root: runs kubelet, containerd and the agent in a network namespace of its own")
 	}
+	// Registered first, so they run last: after the node and agent are
+	// gone. The machine's Calico state (here a chain and a set the test
+	// made in its namespace) is not the node's: it must survive untouched.
+	foreign := newForeignState(t)
+	t.Cleanup(func() { foreign.check(t) })
 	before := hostState(t)
-	// Registered first, so it runs last: after the node and agent are gone.
 	t.Cleanup(func() {
 		if after := hostState(t); after != before {
-			t.Errorf("host not restored:\nbefore:\n%s\nafter:\n%s", before, after)
+			t.Errorf("node namespace not restored:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
 	})
 
@@ -94,13 +104,16 @@ func TestKubeletNode(t *testing.T) {
 	dataDir := t.TempDir()
 	bins := testbin.Dir(t)
 	agent := startAgent(t, filepath.Join(bins, "calico-node"),
-		[]string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa},
+		[]string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa,
+			"--bgp-status-socket", filepath.Join(dataDir, "bgp.sock")},
 		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
+		// The socket the plugins containerd runs find (TestMain).
+		cnientry.SocketEnv+"="+os.Getenv(cnientry.SocketEnv),
 		"NODENAME="+node.Name, "CALICO_K8S_NODE_REF="+node.Name, "IP=autodetect",
 		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
 		"KUBECONFIG="+kube.Kubeconfig,
 		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
-		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename")),
+		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock")),
 		"CNI_MTU=1400",
 		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
 		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
@@ -114,6 +127,16 @@ func TestKubeletNode(t *testing.T) {
 	calicoTimes := []time.Duration{
 		createPod(t, kube, "client", "app: client", []string{"sleep", "3600"}),
 		createPod(t, kube, "server", "app: server", []string{"sh", "-c", "mkdir -p /www && echo hello-calico > /www/index.html && exec httpd -f -p " + httpdPort + " -h /www"}),
+	}
+	// The pods' host ends are in the node's namespace, not the machine's.
+	for _, pod := range []string{"client", "server"} {
+		veth := hostVeth("default", pod)
+		if !slices.Contains(caliLinks(t), veth) {
+			t.Errorf("pod %s: no host veth %s in the node's namespace: %v", pod, veth, caliLinks(t))
+		}
+		if out, err := inMachineNS("ip", "link", "show", "dev", veth); err == nil {
+			t.Errorf("pod %s: host veth %s in the machine's namespace:\n%s", pod, veth, out)
+		}
 	}
 	// The figures of docs/benchmarks.md ("Kubernetes node").
 	t.Logf("pod create->Running (kubectl apply to phase Running): node's first pod (ptp) %v; ptp %v; calico %v",
@@ -211,7 +234,7 @@ spec:
 		t.Errorf("cali links left after the pods are gone: %v", links)
 	}
 	// The plugin executions of containerd were handed to the running
-	// agent over /var/run/calico/cni.sock (package cnientry).
+	// agent over its CNI socket (package cnientry).
 	if n := servedCNI(t, agent.health); n < 4 {
 		t.Errorf("the agent served %d CNI commands, want at least the 2 ADDs and 2 DELs", n)
 	}
@@ -300,8 +323,9 @@ func writeFile(t *testing.T, path, data string) {
 	}
 }
 
-// hostState is what pods and the agent change on the host: cali links,
-// routes of Calico's protocol (80), cali-/KUBE-/CNI- chains, cali ipsets.
+// hostState is what pods and the agent change in the node's namespace:
+// cali links, routes of Calico's protocol (80), cali-/KUBE-/CNI- chains,
+// cali ipsets.
 func hostState(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
@@ -349,27 +373,121 @@ func caliIPSets() []string {
 	return sets
 }
 
-// removeAgentState deletes what the agent leaves for its next start, as
-// felix does: cali-* chains (and the jumps into them), cali ipsets and
-// the routes of protocol 80 (block blackholes).
-func removeAgentState() {
+// agentState is what the agent makes in the node's namespace and leaves
+// there for its next start, as felix does: cali-* chains, cali ipsets and
+// routes of protocol 80 (block blackholes).
+type agentState struct {
+	chains, ipsets map[string]bool
+	routes         string
+}
+
+func takeAgentState() agentState {
+	s := agentState{chains: map[string]bool{}, ipsets: map[string]bool{}}
 	for _, c := range kubetest.HostChains() {
-		f := strings.Fields(c)
-		if strings.HasPrefix(f[2], "cali") {
-			kubetest.RemoveChain(f[0], f[1], f[2])
+		if strings.HasPrefix(strings.Fields(c)[2], "cali") {
+			s.chains[c] = true
 		}
 	}
+	for _, set := range caliIPSets() {
+		s.ipsets[set] = true
+	}
+	out, _ := exec.Command("ip", "route", "show", "proto", "80").Output()
+	s.routes = string(out)
+	return s
+}
+
+// removeSince deletes the agent's chains (and the jumps into them), ipsets
+// and protocol-80 routes that were not there at before: what the agent
+// started by the test made. (The node's namespace is the test's own, so
+// before is empty, but the test owns only what it made even there.)
+func (before agentState) removeSince() {
+	now := takeAgentState()
 	// Chains may reference each other: a second pass gets the rest.
-	for _, c := range kubetest.HostChains() {
-		f := strings.Fields(c)
-		if strings.HasPrefix(f[2], "cali") {
-			kubetest.RemoveChain(f[0], f[1], f[2])
+	for pass := 0; pass < 2; pass++ {
+		for _, c := range kubetest.HostChains() {
+			if f := strings.Fields(c); now.chains[c] && !before.chains[c] {
+				kubetest.RemoveChain(f[0], f[1], f[2])
+			}
 		}
 	}
-	for _, s := range caliIPSets() {
-		exec.Command("ipset", "destroy", s).Run()
+	for set := range now.ipsets {
+		if !before.ipsets[set] {
+			exec.Command("ipset", "destroy", set).Run()
+		}
 	}
-	exec.Command("ip", "route", "flush", "proto", "80").Run()
+	had := map[string]bool{}
+	for _, r := range strings.Split(before.routes, "\n") {
+		had[r] = true
+	}
+	for _, r := range strings.Split(now.routes, "\n") {
+		if r != "" && !had[r] {
+			exec.Command("ip", append([]string{"route", "del"}, strings.Fields(r)...)...).Run()
+		}
+	}
+}
+
+// hostVeth is the host end's name of a pod's veth: "cali" + 11 hex
+// digits of sha1("<namespace>.<pod>"), as Calico names it.
+func hostVeth(namespace, pod string) string {
+	sum := sha1.Sum([]byte(namespace + "." + pod))
+	return "cali" + hex.EncodeToString(sum[:])[:11]
+}
+
+// inMachineNS runs a command in the machine's network namespace: that of
+// the parent test process, which netnstest.Reexec left there.
+func inMachineNS(name string, args ...string) (string, error) {
+	ns := fmt.Sprintf("/proc/%d/ns/net", os.Getppid())
+	self, _ := os.Readlink("/proc/self/ns/net")
+	if parent, err := os.Readlink(ns); err != nil || parent == self {
+		return "", fmt.Errorf("the parent process is not in another network namespace (%s: %v): not re-executed by TestMain", ns, err)
+	}
+	out, err := exec.Command("nsenter", append([]string{"--net=" + ns, "--", name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// foreignState is Calico-looking state in the machine's namespace that the
+// node must not touch: an iptables chain with a rule and an ipset with a
+// member, as a Calico node or an earlier `make run` leaves there. The test
+// makes them (named after its PID) and removes them at the end.
+type foreignState struct {
+	chain, set string
+	saved      string // their listing at the start
+}
+
+func newForeignState(t *testing.T) *foreignState {
+	t.Helper()
+	f := &foreignState{chain: fmt.Sprintf("cali-foreign-%d", os.Getpid()), set: fmt.Sprintf("cali40foreign-%d", os.Getpid())}
+	t.Cleanup(func() {
+		inMachineNS("iptables", "-F", f.chain)
+		inMachineNS("iptables", "-X", f.chain)
+		inMachineNS("ipset", "destroy", f.set)
+	})
+	for _, cmd := range [][]string{
+		{"iptables", "-N", f.chain},
+		{"iptables", "-A", f.chain, "-s", "198.51.100.7/32", "-m", "comment", "--comment", "not the node's", "-j", "RETURN"},
+		{"ipset", "create", f.set, "hash:ip"},
+		{"ipset", "add", f.set, "198.51.100.7"},
+	} {
+		if out, err := inMachineNS(cmd[0], cmd[1:]...); err != nil {
+			t.Fatalf("in the machine's namespace: %v: %v\n%s", cmd, err, out)
+		}
+	}
+	f.saved = f.listing(t)
+	return f
+}
+
+func (f *foreignState) listing(t *testing.T) string {
+	t.Helper()
+	rules, err1 := inMachineNS("iptables", "-S", f.chain)
+	set, err2 := inMachineNS("ipset", "save", f.set)
+	return fmt.Sprintf("%s(%v)\n%s(%v)", rules, err1, set, err2)
+}
+
+func (f *foreignState) check(t *testing.T) {
+	t.Helper()
+	if now := f.listing(t); now != f.saved {
+		t.Errorf("the machine's own Calico state was changed:\nbefore:\n%s\nafter:\n%s", f.saved, now)
+	}
 }
 
 // agentProc is `calico-node run`.
@@ -388,11 +506,12 @@ func startAgent(t *testing.T, bin string, args []string, env ...string) *agentPr
 	l.Close()
 	cmd := exec.Command(bin, append([]string{"run", "--health-addr", health}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	before := takeAgentState()
 	a := &agentProc{Proc: proctest.Start(t, "calico-node", cmd), health: health}
 	// Runs before proctest's kill: the agent gets its SIGTERM first.
 	t.Cleanup(func() {
 		a.stop()
-		removeAgentState()
+		before.removeSince()
 	})
 	return a
 }

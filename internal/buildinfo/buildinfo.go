@@ -9,6 +9,11 @@ import (
 	"runtime/debug"
 )
 
+// MainPackage is the import path of this project's main package, as Go
+// records it in every calico-node binary it builds (debug/buildinfo): how
+// a file is recognised as a copy of calico-node (`calico-node cleanup`).
+const MainPackage = "github.com/projectcalico/calico-node"
+
 // Version is set by the linker; it is never written at run time.
 var Version = "dev"
 

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,14 +21,14 @@ import (
 
 // Defaults Calico's CNI plugin uses when the network config is silent.
 const (
-	defaultMTU          = 1500
-	defaultNodenameFile = "/var/lib/calico/nodename"
-	defaultMTUFile      = "/var/lib/calico/mtu"
-	defaultIPAMLockFile = "/var/run/calico/ipam.lock"
+	defaultMTU = 1500
+	// defaultCalicoDir is where calico-node leaves the files the plugin
+	// reads by default: nodename and mtu.
+	defaultCalicoDir    = "/var/lib/calico"
+	DefaultIPAMLockFile = "/var/run/calico/ipam.lock"
 	defaultEtcdEndpoint = "http://127.0.0.1:2379"
 	calicoIPAMType      = IPAMPlugin
 	policyTypeK8s       = "k8s"
-	datastoreEtcdV3     = "etcdv3"
 )
 
 // netConf is the network configuration a runtime hands the plugin on stdin:
@@ -41,6 +42,9 @@ type netConf struct {
 	// kube hands out a (shared) API client for the config (nil: build
 	// one for this invocation).
 	kube func(*netConf) (*k8sAPI, error) `json:"-"`
+	// calicoDir replaces defaultCalicoDir (tests: a directory of their
+	// own, never the machine's).
+	calicoDir string `json:"-"`
 
 	EtcdEndpoints  string `json:"etcd_endpoints"`
 	EtcdAuthority  string `json:"etcd_authority"` // deprecated: host:port
@@ -168,12 +172,14 @@ func (c *netConf) validate() error {
 			return configError("name", "%q has invalid characters: use letters, digits, '_', '.' and '-'", c.Name)
 		}
 	}
-	switch c.DatastoreType {
-	case "", datastoreEtcdV3:
-	case "kubernetes":
-		return configError("datastore_type", "%q is not supported: this Calico stores its data in etcd, use %q", c.DatastoreType, datastoreEtcdV3)
+	switch dt := c.datastoreType(); dt {
+	case datastore.TypeEtcd, datastore.TypeKubernetes:
 	default:
-		return configError("datastore_type", "%q is not supported: use %q", c.DatastoreType, datastoreEtcdV3)
+		field := "datastore_type"
+		if c.DatastoreType == "" {
+			field = "DATASTORE_TYPE"
+		}
+		return configError(field, "%q is not supported: use %q or %q", dt, datastore.TypeEtcd, datastore.TypeKubernetes)
 	}
 	if c.MTU != nil && (*c.MTU < 68 || *c.MTU > 65535) {
 		return configError("mtu", "%d is out of range: must be 68-65535", *c.MTU)
@@ -189,8 +195,10 @@ func (c *netConf) validate() error {
 	default:
 		return configError("policy.type", "%q is not supported: use %q or leave it out", c.Policy.Type, policyTypeK8s)
 	}
-	if _, err := c.etcdEndpoints(); err != nil {
-		return err
+	if c.datastoreType() == datastore.TypeEtcd {
+		if _, err := c.etcdEndpoints(); err != nil {
+			return err
+		}
 	}
 	if c.IPAMConf.Type == calicoIPAMType {
 		if _, err := normalizePools(c.IPAMConf.IPv4Pools, true); err != nil {
@@ -313,9 +321,47 @@ func authorityURL(authority, scheme string) string {
 	return strings.Join(urls, ",")
 }
 
-// datastoreConfig is the etcd connection the config describes; TLS file
-// settings fall back to ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE.
+// datastoreType is the config's datastore_type, else DATASTORE_TYPE from
+// the environment (as Calico's plugin loads its client configuration),
+// else etcd.
+func (c *netConf) datastoreType() string {
+	if c.DatastoreType != "" {
+		return c.DatastoreType
+	}
+	if t := c.getenv("DATASTORE_TYPE"); t != "" {
+		return t
+	}
+	return datastore.TypeEtcd
+}
+
+// datastoreConfig is the datastore connection the config describes. For
+// etcd, TLS file settings fall back to ETCD_KEY_FILE, ETCD_CERT_FILE,
+// ETCD_CA_CERT_FILE; for the Kubernetes datastore, the API is reached as
+// for pod reads (kubernetes.kubeconfig, the API root and the policy
+// section's credentials).
 func (c *netConf) datastoreConfig(logger *slog.Logger) (datastore.Config, error) {
+	if c.datastoreType() == datastore.TypeKubernetes {
+		kc := datastore.KubeConfig{
+			Kubeconfig: c.Kubernetes.Kubeconfig,
+			CAFile:     c.Policy.K8sCertificateAuthority,
+			CertFile:   c.Policy.K8sClientCertificate,
+			KeyFile:    c.Policy.K8sClientKey,
+			Token:      c.Policy.K8sAuthToken,
+		}
+		if root, _, _ := strings.Cut(c.Policy.K8sAPIRoot, "/api/"); root != "" {
+			kc.APIEndpoint = root
+		}
+		if c.Kubernetes.K8sAPIRoot != "" {
+			kc.APIEndpoint = c.Kubernetes.K8sAPIRoot
+		}
+		return datastore.Config{
+			Type:           datastore.TypeKubernetes,
+			Kube:           kc,
+			DialTimeout:    etcdDialTimeout,
+			RequestTimeout: etcdRequestTimeout,
+			Logger:         logger,
+		}, nil
+	}
 	eps, err := c.etcdEndpoints()
 	if err != nil {
 		return datastore.Config{}, err
@@ -327,6 +373,7 @@ func (c *netConf) datastoreConfig(logger *slog.Logger) (datastore.Config, error)
 		return c.getenv(env)
 	}
 	return datastore.Config{
+		Type:           datastore.TypeEtcd,
 		Endpoints:      eps,
 		CACertFile:     pick(c.EtcdCACertFile, "ETCD_CA_CERT_FILE"),
 		CertFile:       pick(c.EtcdCertFile, "ETCD_CERT_FILE"),
@@ -347,7 +394,7 @@ func (c *netConf) nodename() (string, error) {
 	}
 	file := c.NodenameFile
 	if file == "" {
-		file = defaultNodenameFile
+		file = filepath.Join(c.calicoDirectory(), "nodename")
 	}
 	data, err := os.ReadFile(file)
 	switch {
@@ -376,7 +423,7 @@ func (c *netConf) mtu() int {
 	if c.MTU != nil {
 		return *c.MTU
 	}
-	if data, err := os.ReadFile(defaultMTUFile); err == nil {
+	if data, err := os.ReadFile(filepath.Join(c.calicoDirectory(), "mtu")); err == nil {
 		if v, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && v >= 68 && v <= 65535 {
 			return v
 		}
@@ -384,11 +431,18 @@ func (c *netConf) mtu() int {
 	return defaultMTU
 }
 
+func (c *netConf) calicoDirectory() string {
+	if c.calicoDir != "" {
+		return c.calicoDir
+	}
+	return defaultCalicoDir
+}
+
 func (c *netConf) ipamLockFile() string {
 	if c.IPAMLockFile != "" {
 		return c.IPAMLockFile
 	}
-	return defaultIPAMLockFile
+	return DefaultIPAMLockFile
 }
 
 // k8sAPIConfigured reports whether the config says how to reach the

@@ -28,7 +28,6 @@ func TestParseConfErrors(t *testing.T) {
 		{"mtu too small", `{"name":"n","mtu":10,"ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"mtu too big", `{"name":"n","mtu":70000,"ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
 		{"mtu string", `{"name":"n","mtu":"1500","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "mtu"},
-		{"kubernetes datastore", `{"name":"n","datastore_type":"kubernetes","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "datastore_type"},
 		{"unknown datastore", `{"name":"n","datastore_type":"etcdv2","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "datastore_type"},
 		{"no ipam", `{"name":"n"}`, types.ErrInvalidNetworkConfig, "ipam.type"},
 		{"bad etcd endpoint", `{"name":"n","etcd_endpoints":"ftp://x:1","ipam":{"type":"calico-ipam"}}`, types.ErrInvalidNetworkConfig, "etcd_endpoints"},
@@ -117,12 +116,53 @@ func TestConfDefaultsAndOptions(t *testing.T) {
 	if eps, _ := auth.etcdEndpoints(); !slices.Equal(eps, []string{"http://10.1.1.1:2379"}) {
 		t.Errorf("config must win over the environment: %v", eps)
 	}
-	if dual.mtu() != 1500 && !fileExists(defaultMTUFile) {
-		t.Errorf("default mtu %d, want 1500", dual.mtu())
+}
+
+// The MTU: the config's, else the one calico-node left in its directory,
+// else 1500.
+func TestMTU(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf, file string // file: the mtu file's content ("": none)
+		want             int
+	}{
+		{"default", `{}`, "", 1500},
+		{"node's file", `{}`, "1440\n", 1440},
+		{"config wins", `{"mtu":1400}`, "1440", 1400},
+		{"file out of range", `{}`, "20", 1500},
+		{"file not a number", `{}`, "auto", 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := parseTestConf(t, tc.conf)
+			if tc.file != "" {
+				if err := os.WriteFile(filepath.Join(c.calicoDir, "mtu"), []byte(tc.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := c.mtu(); got != tc.want {
+				t.Errorf("mtu() = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
 
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+// parseTestConf parses a calico-ipam config with the fields of conf (a
+// JSON object) added, reading the node's files from a directory of the
+// test's own.
+func parseTestConf(t *testing.T, conf string) *netConf {
+	t.Helper()
+	full := `{"name":"n","ipam":{"type":"calico-ipam"}`
+	if rest := strings.TrimPrefix(conf, "{"); rest != "}" {
+		full += "," + rest
+	} else {
+		full += "}"
+	}
+	c, err := parseConf([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.calicoDir = t.TempDir()
+	return c
+}
 
 func TestNodename(t *testing.T) {
 	dir := t.TempDir()
@@ -132,31 +172,27 @@ func TestNodename(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	for _, tc := range []struct {
-		name, conf, want string
-		wantErr          bool
+		name, conf string
+		// defaultFile is what calico-node left in its directory ("": none).
+		defaultFile, want string
+		wantErr           bool
 	}{
-		{"explicit", `{"nodename":"n1","nodename_file":"` + file + `"}`, "n1", false},
-		{"file", `{"nodename_file":"` + file + `"}`, "node-from-file", false},
-		{"missing explicit file", `{"nodename_file":"` + filepath.Join(dir, "none") + `"}`, "", true},
-		{"explicit file missing: no fallback", `{"hostname":"h1","nodename_file":"` + file + `x"}`, "", true},
-		{"hostname fallback", `{"hostname":"h1"}`, "h1", false},
-		{"os hostname", `{}`, strings.ToLower(host), false},
+		{"explicit", `{"nodename":"n1","nodename_file":"` + file + `"}`, "", "n1", false},
+		{"file", `{"nodename_file":"` + file + `"}`, "", "node-from-file", false},
+		{"configured file wins over the default one", `{"nodename_file":"` + file + `"}`, "default-node", "node-from-file", false},
+		{"missing explicit file", `{"nodename_file":"` + filepath.Join(dir, "none") + `"}`, "", "", true},
+		{"explicit file missing: no fallback", `{"hostname":"h1","nodename_file":"` + file + `x"}`, "default-node", "", true},
+		{"default file", `{"hostname":"h1"}`, "default-node\n", "default-node", false},
+		{"empty default file", `{"hostname":"h1"}`, "\n", "h1", false},
+		{"hostname fallback", `{"hostname":"h1"}`, "", "h1", false},
+		{"os hostname", `{}`, "", strings.ToLower(host), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.want == strings.ToLower(host) || tc.want == "h1" {
-				if fileExists(defaultNodenameFile) {
-					t.Skip(defaultNodenameFile + " exists on this machine")
+			c := parseTestConf(t, tc.conf)
+			if tc.defaultFile != "" {
+				if err := os.WriteFile(filepath.Join(c.calicoDir, "nodename"), []byte(tc.defaultFile), 0o644); err != nil {
+					t.Fatal(err)
 				}
-			}
-			conf := `{"name":"n","ipam":{"type":"calico-ipam"}`
-			if rest := strings.TrimPrefix(tc.conf, "{"); rest != "}" {
-				conf += "," + rest
-			} else {
-				conf += "}"
-			}
-			c, err := parseConf([]byte(conf))
-			if err != nil {
-				t.Fatal(err)
 			}
 			got, err := c.nodename()
 			if (err != nil) != tc.wantErr || got != tc.want {
@@ -352,7 +388,7 @@ func TestPodProfilesAndLabels(t *testing.T) {
 }
 
 func TestGatewayV6IsEUI64OfHostMAC(t *testing.T) {
-	mac := hostVethMAC()
+	mac := HostVethMAC()
 	var b [16]byte
 	b[0], b[1] = 0xfe, 0x80
 	b[8], b[9], b[10] = mac[0]^0x02, mac[1], mac[2]

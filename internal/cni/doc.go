@@ -90,7 +90,10 @@
 // so does a retried ADD of the same container, whose allocation replaces
 // whatever its handle still holds. DEL deletes the endpoint (a Kubernetes one only
 // if it still names this container), the pod's interface and the addresses
-// concurrently, and treats anything already gone as done. CHECK compares
+// concurrently, and treats anything already gone as done. When the pod's
+// namespace is gone (or not given) it removes the host veth by name
+// instead of waiting for the kernel to destroy the namespace (a
+// Kubernetes pod's veth only if no newer sandbox owns the endpoint). CHECK compares
 // the pod interface, addresses, routes, host veth and routes, and the
 // endpoint with prevResult. STATUS is ready when etcd answers. GC removes
 // this node's endpoints and IPAM handles of containers not in

@@ -93,6 +93,10 @@ func (w workloadIDs) matches(ep *api.WorkloadEndpoint) bool {
 	return s.ContainerID == w.containerID
 }
 
+// HostVethPrefix starts the host veth's name unless FELIX_INTERFACEPREFIX
+// names another prefix.
+const HostVethPrefix = "cali"
+
 // hostVethName is the host end's name, exactly as Calico derives it:
 // for Kubernetes pods "cali" + the first 11 hex digits of
 // sha1("<namespace>.<pod>") (the agent can compute it from the pod alone),
@@ -101,7 +105,7 @@ func (w workloadIDs) matches(ep *api.WorkloadEndpoint) bool {
 func (w workloadIDs) hostVethName() string {
 	prefix := w.vethPrefix
 	if prefix == "" {
-		prefix = "cali"
+		prefix = HostVethPrefix
 	}
 	if w.orchestrator == api.OrchestratorKubernetes {
 		sum := sha1.Sum([]byte(w.namespace + "." + w.pod))

@@ -180,6 +180,13 @@ func TestInvalidInputs(t *testing.T) {
 		return string(data)
 	}
 	goodConf := with("log_level", "info")
+	withKubeconfig := func(path string) string {
+		m := good()
+		m["datastore_type"] = "kubernetes"
+		m["kubernetes"] = map[string]any{"kubeconfig": path}
+		data, _ := json.Marshal(m)
+		return string(data)
+	}
 	baseEnv := func() map[string]string {
 		return map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": p.rt.ContainerID, "CNI_NETNS": p.ns.Path(),
 			"CNI_IFNAME": "eth0", "CNI_PATH": e.binDir}
@@ -199,7 +206,8 @@ func TestInvalidInputs(t *testing.T) {
 		{"bad etcd endpoint", with("etcd_endpoints", "etcd.example:2379"), nil, types.ErrInvalidNetworkConfig, "etcd_endpoints"},
 		{"unreachable etcd", with("etcd_endpoints", "http://127.0.0.1:9"), nil, types.ErrTryAgainLater, "127.0.0.1:9"},
 		{"missing etcd CA file", with("etcd_ca_cert_file", "/nonexistent/ca.pem"), nil, types.ErrInvalidNetworkConfig, "etcd_ca_cert_file"},
-		{"kubernetes datastore", with("datastore_type", "kubernetes"), nil, types.ErrInvalidNetworkConfig, "datastore_type"},
+		{"kubernetes datastore with a missing kubeconfig", withKubeconfig("/nonexistent/kubeconfig"), nil, types.ErrInvalidNetworkConfig, "/nonexistent/kubeconfig"},
+		{"unknown DATASTORE_TYPE", goodConf, map[string]string{"DATASTORE_TYPE": "consul"}, types.ErrInvalidNetworkConfig, "DATASTORE_TYPE"},
 		{"unknown datastore", with("datastore_type", "consul"), nil, types.ErrInvalidNetworkConfig, "datastore_type"},
 		{"bad pool", with("ipam", map[string]any{"type": "calico-ipam", "ipv4_pools": []string{"10.0.0.0/33"}}), nil, types.ErrInvalidNetworkConfig, "ipam.ipv4_pools"},
 		{"unknown pool", with("ipam", map[string]any{"type": "calico-ipam", "ipv4_pools": []string{"no-such-pool"}}), nil, types.ErrInvalidNetworkConfig, "no-such-pool"},

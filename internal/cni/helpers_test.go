@@ -177,7 +177,9 @@ func (e *env) addPool(name, cidr string, blockSize int) {
 }
 
 // conf is a calico network config for this env: etcd, node name, lock
-// file and the given fields merged in ("ipam", "cniVersion", ...).
+// file, MTU and the given fields merged in ("ipam", "cniVersion", ...).
+// Node name and MTU are explicit so that the plugin never reads the
+// machine's /var/lib/calico (TestNodename and TestMTU cover the defaults).
 func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 	e.t.Helper()
 	c := map[string]any{
@@ -187,6 +189,7 @@ func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 		"etcd_endpoints": strings.Join(e.etcd.Endpoints, ","),
 		"nodename":       e.node,
 		"ipam_lock_file": e.lockFile,
+		"mtu":            1500,
 		"log_level":      "debug",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}
@@ -254,6 +257,23 @@ func newPod(t testing.TB, k8s ...string) *pod {
 		rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", k8s[0]}, {"K8S_POD_NAME", k8s[1]}, {"K8S_POD_INFRA_CONTAINER_ID", id}}
 	}
 	return &pod{ns: podNS, name: filepath.Base(podNS.Path()), rt: rt}
+}
+
+// dropPath removes the pod namespace's path, as a runtime does when it
+// tears a sandbox down, while a reference keeps the namespace itself (and
+// the veth into it) alive until the test ends: the kernel has not
+// destroyed it yet, which under load lasts a while.
+func (p *pod) dropPath(t testing.TB) {
+	t.Helper()
+	hold, err := os.Open(p.ns.Path())
+	if err != nil {
+		t.Fatalf("hold pod netns: %v", err)
+	}
+	t.Cleanup(func() { hold.Close() })
+	p.ns.Close()
+	if out := ipOut(t, nil, "netns", "delete", p.name); out != "" {
+		t.Logf("ip netns delete: %s", out)
+	}
 }
 
 // add runs ADD through libcni as a runtime does.

@@ -3,6 +3,7 @@ package cni_test
 import (
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -243,31 +244,37 @@ func TestKubernetesPods(t *testing.T) {
 		e.assertNothingLeft("k8s-pod-network", next, "")
 	})
 
-	t.Run("sandbox restart", func(t *testing.T) {
-		e := e.in(t)
-		// kubelet recreates the sandbox of a pod: new container ID, same
-		// pod, so the same endpoint name and host veth name.
-		old := newPod(t, "prod", "web-0")
-		oldAddr := podAddrs(t, e.mustAdd(withKubeconfig, old))[0]
-		cur := newPod(t, "prod", "web-0")
-		curAddr := podAddrs(t, e.mustAdd(withKubeconfig, cur))[0]
-		ep := e.endpoints("prod")["node1-k8s-web--0-eth0"]
-		if ep == nil || ep.Spec.ContainerID != cur.rt.ContainerID || !slices.Equal(ep.Spec.IPNetworks, []string{curAddr.String()}) {
-			t.Fatalf("endpoint after the second ADD: %+v, want container %s with %s", ep, cur.rt.ContainerID, curAddr)
-		}
-		// The old sandbox's DEL frees its address but leaves the pod's
-		// endpoint and interface alone.
-		e.mustDel(withKubeconfig, old)
-		if held := e.heldBy("k8s-pod-network." + old.rt.ContainerID); len(held) != 0 {
-			t.Errorf("old sandbox still holds %v (had %s)", held, oldAddr)
-		}
-		if ep := e.endpoints("prod")["node1-k8s-web--0-eth0"]; ep == nil || ep.Spec.ContainerID != cur.rt.ContainerID {
-			t.Errorf("old sandbox's DEL removed the live endpoint: %+v", ep)
-		}
-		assertPodNetworking(t, cur, k8sVethName("prod", "web-0"), []netip.Prefix{curAddr}, 1500)
-		e.mustDel(withKubeconfig, cur)
-		e.assertNothingLeft("k8s-pod-network", cur, k8sVethName("prod", "web-0"))
-	})
+	// kubelet recreates the sandbox of a pod: new container ID, same pod,
+	// so the same endpoint name and host veth name. The old sandbox's DEL
+	// may come while its namespace is still there or after it is gone.
+	for _, oldNetnsGone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sandbox restart, old netns gone %v", oldNetnsGone), func(t *testing.T) {
+			e := e.in(t)
+			old := newPod(t, "prod", "web-0")
+			oldAddr := podAddrs(t, e.mustAdd(withKubeconfig, old))[0]
+			cur := newPod(t, "prod", "web-0")
+			curAddr := podAddrs(t, e.mustAdd(withKubeconfig, cur))[0]
+			ep := e.endpoints("prod")["node1-k8s-web--0-eth0"]
+			if ep == nil || ep.Spec.ContainerID != cur.rt.ContainerID || !slices.Equal(ep.Spec.IPNetworks, []string{curAddr.String()}) {
+				t.Fatalf("endpoint after the second ADD: %+v, want container %s with %s", ep, cur.rt.ContainerID, curAddr)
+			}
+			if oldNetnsGone {
+				old.dropPath(t)
+			}
+			// The old sandbox's DEL frees its address but leaves the pod's
+			// endpoint and interface (the same host veth name) alone.
+			e.mustDel(withKubeconfig, old)
+			if held := e.heldBy("k8s-pod-network." + old.rt.ContainerID); len(held) != 0 {
+				t.Errorf("old sandbox still holds %v (had %s)", held, oldAddr)
+			}
+			if ep := e.endpoints("prod")["node1-k8s-web--0-eth0"]; ep == nil || ep.Spec.ContainerID != cur.rt.ContainerID {
+				t.Errorf("old sandbox's DEL removed the live endpoint: %+v", ep)
+			}
+			assertPodNetworking(t, cur, k8sVethName("prod", "web-0"), []netip.Prefix{curAddr}, 1500)
+			e.mustDel(withKubeconfig, cur)
+			e.assertNothingLeft("k8s-pod-network", cur, k8sVethName("prod", "web-0"))
+		})
+	}
 
 	t.Run("pod not found", func(t *testing.T) {
 		e := e.in(t)

@@ -39,10 +39,10 @@ func defaultRoutes() []netip.Prefix {
 // network namespace of the thread that opens it.
 const procSys = "/proc/sys"
 
-// hostVethMAC is the MAC of every host-side veth, as in Calico: the kernel
+// HostVethMAC is the MAC of every host-side veth, as in Calico: the kernel
 // then never has to generate (and persist) one, and the pod sees the same
 // gateway MAC on every node.
-func hostVethMAC() net.HardwareAddr { return net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee} }
+func HostVethMAC() net.HardwareAddr { return net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee} }
 
 // vethConfig describes one pod interface.
 type vethConfig struct {
@@ -99,7 +99,7 @@ func createVeth(cfg vethConfig) (_ *pendingVeth, err error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = cfg.hostName
 	attrs.MTU = cfg.mtu
-	attrs.HardwareAddr = hostVethMAC()
+	attrs.HardwareAddr = HostVethMAC()
 	v := &pendingVeth{cfg: cfg, host: &netlink.Veth{
 		LinkAttrs:     attrs,
 		PeerName:      cfg.contName,
@@ -332,22 +332,23 @@ func addHostRoute(hostIndex int, hostName string, a netip.Prefix) error {
 
 // deleteContainerLink removes the pod's interface (which takes the host
 // end with it). A missing namespace or interface is not an error: DEL must
-// be idempotent.
-func deleteContainerLink(netnsPath, ifName string) error {
+// be idempotent. netnsGone reports that there was no namespace to look in
+// (none given, or its path no longer a namespace).
+func deleteContainerLink(netnsPath, ifName string) (netnsGone bool, err error) {
 	if netnsPath == "" {
-		return nil
+		return true, nil
 	}
 	target, err := ns.GetNS(netnsPath)
 	if err != nil {
 		var notExist ns.NSPathNotExistErr
 		var notNS ns.NSPathNotNSErr
 		if errors.As(err, &notExist) || errors.As(err, &notNS) {
-			return nil
+			return true, nil
 		}
-		return fmt.Errorf("open netns %s: %w", netnsPath, err)
+		return false, fmt.Errorf("open netns %s: %w", netnsPath, err)
 	}
 	defer target.Close()
-	return target.Do(func(ns.NetNS) error {
+	return false, target.Do(func(ns.NetNS) error {
 		link, err := netlink.LinkByName(ifName)
 		if err != nil {
 			if isNotFound(err) {
@@ -360,6 +361,27 @@ func deleteContainerLink(netnsPath, ifName string) error {
 		}
 		return nil
 	})
+}
+
+// deleteHostVeth removes the host end of a pod's veth pair by name (with
+// its peer and its routes), for a DEL whose namespace is gone. Only a veth
+// is removed: a link of another kind with that name is not the plugin's.
+// A missing link is success.
+func deleteHostVeth(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("find host veth %s: %w", name, err)
+	}
+	if link.Type() != "veth" {
+		return nil
+	}
+	if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete host veth %s: %w", name, err)
+	}
+	return nil
 }
 
 func isNotFound(err error) bool {

@@ -247,7 +247,10 @@ func (inv *invocation) datastore(ctx context.Context) (datastore.Store, error) {
 		var cfgErr *datastore.ConfigError
 		if errors.As(err, &cfgErr) {
 			field := "etcd_ca_cert_file/etcd_cert_file/etcd_key_file"
-			if len(cfg.Endpoints) == 0 {
+			switch {
+			case cfg.Type == datastore.TypeKubernetes:
+				field = "kubernetes"
+			case len(cfg.Endpoints) == 0:
 				field = "etcd_endpoints"
 			}
 			return nil, configError(field, "%v", err)

@@ -96,8 +96,12 @@ func TestSeedConfigs(t *testing.T) {
 				t.Setenv("ETCD_CERT_FILE", e.etcd.CertFile)
 				t.Setenv("ETCD_KEY_FILE", e.etcd.KeyFile)
 			}
+			// Not the machine's /var/lib/calico/nodename and mtu.
 			if _, ok := conf["nodename"]; !ok {
 				conf["nodename_file"] = nodenameFile
+			}
+			if _, ok := conf["mtu"]; !ok {
+				conf["mtu"] = 1500
 			}
 			conf["ipam_lock_file"] = e.lockFile
 			_, k8sConfigured := conf["kubernetes"]

@@ -29,6 +29,8 @@ func NewApp() *cli.App {
 func GlobalFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "client config file", Value: DefaultConfigFile},
+		&cli.StringFlag{Name: "datastore-type", Usage: "etcdv3 or kubernetes (overrides DATASTORE_TYPE and the config file)"},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig for the kubernetes datastore (overrides KUBECONFIG and the config file)"},
 		&cli.StringFlag{Name: "etcd-endpoints", Usage: "comma-separated etcd endpoints (overrides ETCD_ENDPOINTS and the config file)"},
 		&cli.StringFlag{Name: "etcd-key-file", Usage: "client key file for etcd TLS"},
 		&cli.StringFlag{Name: "etcd-cert-file", Usage: "client certificate file for etcd TLS"},
@@ -130,10 +132,12 @@ func configFromContext(c *cli.Context, getenv func(string) string) (ClientConfig
 	s.overlay(file)
 	s.overlay(envSettings(getenv))
 	s.overlay(settings{
-		endpoints: c.String("etcd-endpoints"),
-		keyFile:   c.String("etcd-key-file"),
-		certFile:  c.String("etcd-cert-file"),
-		caFile:    c.String("etcd-ca-cert-file"),
+		datastoreType: c.String("datastore-type"),
+		kubeconfig:    c.String("kubeconfig"),
+		endpoints:     c.String("etcd-endpoints"),
+		keyFile:       c.String("etcd-key-file"),
+		certFile:      c.String("etcd-cert-file"),
+		caFile:        c.String("etcd-ca-cert-file"),
 	})
 	return s.resolve()
 }

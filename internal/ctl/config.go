@@ -36,7 +36,15 @@ type clientConfigFile struct {
 		EtcdKey        string `json:"etcdKey"`
 		EtcdCert       string `json:"etcdCert"`
 		EtcdCACert     string `json:"etcdCACert"`
-		Kubeconfig     string `json:"kubeconfig"`
+		// The Kubernetes datastore, as Calico's CalicoAPIConfig spells it.
+		Kubeconfig               string `json:"kubeconfig"`
+		K8sAPIEndpoint           string `json:"k8sAPIEndpoint"`
+		K8sKeyFile               string `json:"k8sKeyFile"`
+		K8sCertFile              string `json:"k8sCertFile"`
+		K8sCAFile                string `json:"k8sCAFile"`
+		K8sAPIToken              string `json:"k8sAPIToken"`
+		K8sInsecureSkipTLSVerify bool   `json:"k8sInsecureSkipTLSVerify"`
+		K8sDisableNodePoll       bool   `json:"k8sDisableNodePoll"`
 	} `json:"spec"`
 }
 
@@ -49,6 +57,7 @@ type ClientConfig struct {
 // settings are the values that can come from each layer; empty = unset.
 type settings struct {
 	datastoreType, endpoints, keyFile, certFile, caFile, username, password string
+	kubeconfig, k8sEndpoint, k8sKeyFile, k8sCertFile, k8sCAFile, k8sToken, k8sInsecure string
 }
 
 func (s *settings) overlay(o settings) {
@@ -64,6 +73,13 @@ func (s *settings) overlay(o settings) {
 	set(&s.caFile, o.caFile)
 	set(&s.username, o.username)
 	set(&s.password, o.password)
+	set(&s.kubeconfig, o.kubeconfig)
+	set(&s.k8sEndpoint, o.k8sEndpoint)
+	set(&s.k8sKeyFile, o.k8sKeyFile)
+	set(&s.k8sCertFile, o.k8sCertFile)
+	set(&s.k8sCAFile, o.k8sCAFile)
+	set(&s.k8sToken, o.k8sToken)
+	set(&s.k8sInsecure, o.k8sInsecure)
 }
 
 // loadConfigFile reads a client config file. A missing file at the default
@@ -97,7 +113,7 @@ func parseConfigFile(path string, data []byte) (settings, error) {
 	if f.Spec.EtcdDiscovery != "" {
 		return settings{}, fmt.Errorf("client config %s: etcdDiscoverySrv is not supported; list etcdEndpoints", path)
 	}
-	return settings{
+	out := settings{
 		datastoreType: f.Spec.DatastoreType,
 		endpoints:     f.Spec.EtcdEndpoints,
 		keyFile:       f.Spec.EtcdKeyFile,
@@ -105,7 +121,17 @@ func parseConfigFile(path string, data []byte) (settings, error) {
 		caFile:        f.Spec.EtcdCACertFile,
 		username:      f.Spec.EtcdUsername,
 		password:      f.Spec.EtcdPassword,
-	}, nil
+		kubeconfig:    f.Spec.Kubeconfig,
+		k8sEndpoint:   f.Spec.K8sAPIEndpoint,
+		k8sKeyFile:    f.Spec.K8sKeyFile,
+		k8sCertFile:   f.Spec.K8sCertFile,
+		k8sCAFile:     f.Spec.K8sCAFile,
+		k8sToken:      f.Spec.K8sAPIToken,
+	}
+	if f.Spec.K8sInsecureSkipTLSVerify {
+		out.k8sInsecure = "true"
+	}
+	return out, nil
 }
 
 // envSettings reads the variables calicoctl and calico-node honour.
@@ -118,6 +144,13 @@ func envSettings(getenv func(string) string) settings {
 		caFile:        getenv("ETCD_CA_CERT_FILE"),
 		username:      getenv("ETCD_USERNAME"),
 		password:      getenv("ETCD_PASSWORD"),
+		kubeconfig:    getenv("KUBECONFIG"),
+		k8sEndpoint:   getenv("K8S_API_ENDPOINT"),
+		k8sKeyFile:    getenv("K8S_KEY_FILE"),
+		k8sCertFile:   getenv("K8S_CERT_FILE"),
+		k8sCAFile:     getenv("K8S_CA_FILE"),
+		k8sToken:      getenv("K8S_API_TOKEN"),
+		k8sInsecure:   getenv("K8S_INSECURE_SKIP_TLS_VERIFY"),
 	}
 	if s.endpoints == "" {
 		// Calico 2.x manifests set ETCD_AUTHORITY (host:port) instead.
@@ -139,9 +172,24 @@ func (s settings) resolve() (ClientConfig, error) {
 	case "etcdv2":
 		return ClientConfig{}, errors.New("datastoreType etcdv2 is not supported, use etcdv3 (etcd v3 API; Calico v3 data lives under /calico/resources/v3)")
 	case "kubernetes":
-		return ClientConfig{}, errors.New("datastoreType kubernetes is not supported by this calicoctl, use etcdv3")
+		return ClientConfig{
+			DatastoreType: datastore.TypeKubernetes,
+			Config: datastore.Config{
+				Type: datastore.TypeKubernetes,
+				Kube: datastore.KubeConfig{
+					Kubeconfig:            s.kubeconfig,
+					APIEndpoint:           s.k8sEndpoint,
+					CAFile:                s.k8sCAFile,
+					CertFile:              s.k8sCertFile,
+					KeyFile:               s.k8sKeyFile,
+					Token:                 s.k8sToken,
+					InsecureSkipTLSVerify: strings.EqualFold(s.k8sInsecure, "true"),
+				},
+				DialTimeout: 5 * time.Second,
+			},
+		}, nil
 	default:
-		return ClientConfig{}, fmt.Errorf("unknown datastoreType %q, use etcdv3", s.datastoreType)
+		return ClientConfig{}, fmt.Errorf("unknown datastoreType %q, use etcdv3 or kubernetes", s.datastoreType)
 	}
 	eps := s.endpoints
 	if eps == "" {
@@ -154,8 +202,9 @@ func (s settings) resolve() (ClientConfig, error) {
 		}
 	}
 	return ClientConfig{
-		DatastoreType: "etcdv3",
+		DatastoreType: datastore.TypeEtcd,
 		Config: datastore.Config{
+			Type:        datastore.TypeEtcd,
 			Endpoints:   list,
 			CACertFile:  s.caFile,
 			CertFile:    s.certFile,

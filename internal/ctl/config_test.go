@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
 )
 
 func TestParseConfigFile(t *testing.T) {
@@ -123,9 +125,46 @@ func TestPrecedence(t *testing.T) {
 	if legacy.endpoints != "http://127.0.0.1:4001" {
 		t.Errorf("ETCD_AUTHORITY -> %q", legacy.endpoints)
 	}
-	for _, bad := range []string{"kubernetes", "consul"} {
+	for _, bad := range []string{"etcdv2", "consul"} {
 		if _, err := (settings{datastoreType: bad}).resolve(); err == nil {
 			t.Errorf("datastoreType %s accepted", bad)
 		}
+	}
+}
+
+// TestKubernetesConfig: calicoctl.cfg's datastoreType kubernetes and its
+// k8s fields, with the environment (DATASTORE_TYPE, KUBECONFIG, ...)
+// over the file, as calicoctl layers them.
+func TestKubernetesConfig(t *testing.T) {
+	file, err := parseConfigFile("calicoctl.cfg", []byte(`apiVersion: projectcalico.org/v3
+kind: CalicoAPIConfig
+metadata: {}
+spec:
+  datastoreType: kubernetes
+  kubeconfig: /file/kubeconfig
+  k8sAPIEndpoint: https://10.0.0.1:6443
+  k8sCAFile: /file/ca.crt
+  k8sInsecureSkipTLSVerify: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s settings
+	s.overlay(file)
+	s.overlay(envSettings(func(k string) string {
+		return map[string]string{"KUBECONFIG": "/env/kubeconfig", "K8S_API_TOKEN": "tok"}[k]
+	}))
+	cfg, err := s.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := datastore.KubeConfig{Kubeconfig: "/env/kubeconfig", APIEndpoint: "https://10.0.0.1:6443",
+		CAFile: "/file/ca.crt", Token: "tok", InsecureSkipTLSVerify: true}
+	if cfg.Type != datastore.TypeKubernetes || cfg.DatastoreType != datastore.TypeKubernetes || cfg.Kube != want {
+		t.Errorf("resolved %+v / %+v, want kubernetes with %+v", cfg.Config, cfg.Kube, want)
+	}
+	env := envSettings(func(k string) string { return map[string]string{"DATASTORE_TYPE": "kubernetes"}[k] })
+	if cfg, err := env.resolve(); err != nil || cfg.Type != datastore.TypeKubernetes {
+		t.Errorf("DATASTORE_TYPE=kubernetes resolves to %q (%v)", cfg.Type, err)
 	}
 }

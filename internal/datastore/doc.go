@@ -26,14 +26,18 @@
 // # Revisions
 //
 // A ResourceVersion is an etcd revision in decimal in both backends (the
-// Kubernetes API server's resourceVersion is the revision of its etcd).
+// Kubernetes API server's resourceVersion is the revision of its etcd),
+// except for the Kubernetes datastore's computed Profiles, which carry
+// Calico's composite "<namespace rv>/<service account rv>".
 // List returns the revision it read at; Watch continues after it.
 //
 // # Errors
 //
 // Every Store method returns *Error (the operation, the resource, the
-// cause); the causes ErrNotFound, ErrAlreadyExists, ErrConflict and
-// ErrUnknownKind match with errors.Is. A configuration that cannot work
+// cause); the causes ErrNotFound, ErrAlreadyExists, ErrConflict,
+// ErrUnknownKind and ErrNotSupported (a write the backend refuses as
+// Calico does, such as creating a Node on the Kubernetes datastore) match
+// with errors.Is. A configuration that cannot work
 // (no endpoints, unreadable TLS files, a missing CRD, a forbidden verb) is
 // a *ConfigError: retrying cannot help.
 package datastore

@@ -11,6 +11,10 @@ var (
 	ErrAlreadyExists = errors.New("resource already exists")
 	ErrConflict      = errors.New("update conflict")
 	ErrUnknownKind   = errors.New("unknown resource kind")
+	// ErrNotSupported is a write the backend cannot do, as Calico refuses
+	// it too (on the Kubernetes datastore: creating or deleting a Node,
+	// writing a Profile computed from a Namespace).
+	ErrNotSupported = errors.New("operation not supported")
 )
 
 // Error is the error every Store method returns: the operation, the

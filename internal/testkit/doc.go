@@ -10,4 +10,6 @@
 //	proctest/   child processes: logs, Pdeathsig, stop by PID, metrics
 //	pkitest/    test certificate authorities and certificates
 //	testbin/    the calico-node binary the tests share (CALICO_NODE_BIN)
+//	testsum/    make test's report: go test -json in; failures, skips with
+//	            their reasons and "N passed, N failed, N skipped" out
 package testkit

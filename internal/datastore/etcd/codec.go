@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
@@ -17,20 +18,11 @@ const (
 
 	// metadataAnnotation records the name a policy was written with; Calico
 	// v3.30+ writes it so reads can undo the tier prefix exactly.
-	metadataAnnotation = "projectcalico.org/metadata"
+	metadataAnnotation = datastore.MetadataAnnotation
 	// tierLabel is the label Calico puts on policies outside the default tier.
 	tierLabel       = "projectcalico.org/tier"
 	defaultTierName = "default"
 )
-
-// isPolicyKind reports the kinds Calico stores under a tier-prefixed name.
-func isPolicyKind(kind string) bool {
-	switch kind {
-	case "NetworkPolicy", "GlobalNetworkPolicy", "StagedNetworkPolicy", "StagedGlobalNetworkPolicy":
-		return true
-	}
-	return false
-}
 
 // kindEntry is the store's view of one registered kind.
 type kindEntry struct {
@@ -43,7 +35,7 @@ type kindEntry struct {
 func newKindEntry(info api.KindInfo) *kindEntry {
 	e := &kindEntry{info: info, prefix: Prefix + info.Plural + "/"}
 	e.goType = reflect.TypeOf(info.New())
-	if isPolicyKind(info.Kind) {
+	if datastore.IsTieredPolicyKind(info.Kind) {
 		// Found by name rather than by a Go interface so that any policy
 		// type with a Spec.Tier string qualifies.
 		if t := e.goType; t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
@@ -71,27 +63,10 @@ func (k *kindEntry) key(namespace, etcdName string) string {
 // Delete. For policies this is Calico's lookup rule: a bare name is in the
 // default tier, a dotted one carries its tier already.
 func (k *kindEntry) keyForName(namespace, name string) string {
-	if k.isPolicy() && !isGeneratedPolicyName(name) && !strings.Contains(name, ".") {
-		name = defaultTierName + "." + name
+	if k.isPolicy() {
+		name = datastore.PolicyStoredName(name)
 	}
 	return k.key(namespace, name)
-}
-
-// isGeneratedPolicyName reports names Calico's own translators produce
-// (Kubernetes NetworkPolicy, admin network policies, OpenStack security
-// groups). They already say where they belong and are stored as-is.
-func isGeneratedPolicyName(name string) bool {
-	for _, p := range [...]string{
-		"knp.default.",
-		"kanp.adminnetworkpolicy.",
-		"kbanp.baselineadminnetworkpolicy.",
-		"ossg.",
-	} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // tier returns the policy's tier, "default" when unset.
@@ -107,17 +82,10 @@ func (k *kindEntry) tier(obj api.Object) string {
 }
 
 // policyNames maps the name a policy is written with to the name it is
-// stored under and the name recorded for the user (see the package doc).
+// stored under and the name recorded for the user (see the package doc);
+// the Kubernetes datastore shares the rule.
 func policyNames(name, tier string) (etcdName, userName string) {
-	switch {
-	case isGeneratedPolicyName(name), strings.HasPrefix(name, tier+"."):
-		return name, name
-	case tier == defaultTierName && !strings.Contains(name, "."):
-		return tier + "." + name, name
-	default:
-		full := tier + "." + name
-		return full, full
-	}
+	return datastore.PolicyNames(name, tier)
 }
 
 // toStorage rewrites a private copy into its stored form: headers set,
@@ -194,9 +162,7 @@ func (k *kindEntry) restorePolicyName(obj api.Object) error {
 		}
 		return nil
 	}
-	if k.tier(obj) == defaultTierName {
-		m.Name = strings.TrimPrefix(m.Name, defaultTierName+".")
-	}
+	m.Name = datastore.PolicyNameFromStored(m.Name, k.tier(obj))
 	return nil
 }
 

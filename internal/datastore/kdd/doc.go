@@ -9,11 +9,34 @@
 //     (name when it differs, creationTimestamp, labels, annotations) in the
 //     annotation projectcalico.org/metadata; a v3 uid is the CRD uid with
 //     the bits of each byte reversed (bytes 6 and 8 kept).
-//   - Node is the Kubernetes Node with projectcalico.org/* annotations;
-//     WorkloadEndpoints are computed from Pods (the CNI plugin writes the
-//     cni.projectcalico.org/* pod annotations); Profiles from Namespaces
-//     and ServiceAccounts; Kubernetes NetworkPolicies are read as
-//     knp.default.* NetworkPolicies.
+//   - A Node is the Kubernetes Node of its name: its Calico fields are
+//     projectcalico.org/* annotations (projectcalico.org/labels holds the
+//     Calico-only labels as JSON), merged on read with the Kubernetes
+//     labels (echoed in the computed projectcalico.org/kube-labels
+//     annotation, so that writing back what was read copies none of
+//     them), spec.addresses, orchRefs and status.podCIDRs; its uid is the
+//     Kubernetes Node's. A write is a merge patch of nodes/<name>/status
+//     naming the resourceVersion; a field dropped loses its annotation.
+//     Calico creates and deletes no Kubernetes Nodes: Create (and Apply
+//     of a Node whose Kubernetes Node does not exist) and Delete fail with
+//     datastore.ErrNotSupported, as in Calico.
+//   - A WorkloadEndpoint is computed from each scheduled Pod not on the
+//     host's network: <node>-k8s-<pod>-eth0, the pod's uid and
+//     resourceVersion, its addresses from the pod status or the
+//     cni.projectcalico.org/podIP(s) annotations (none once the pod has
+//     finished). A write stores only what Calico's CNI plugin stores: the
+//     containerID, podIP and podIPs annotations, patched onto pods/<pod>/
+//     status, conditional on the pod's uid but not its resourceVersion
+//     (kubelet rewrites the status during ADD); Delete sets podIP and
+//     podIPs to "" and the endpoint lives on without addresses. The MAC,
+//     and any field not computed from the pod, are not stored. ListPrefix
+//     of "<node>-k8s-<pod>-" is one GET of the pod.
+//   - Profiles are computed and read-only (writes fail with
+//     ErrNotSupported): kns.<ns> from each Namespace, ksa.<ns>.<sa> from
+//     each ServiceAccount (uid bit-reversed as for custom resources;
+//     resourceVersion Calico's composite "<ns rv>/" or "/<sa rv>"), and
+//     the static projectcalico-default-allow (resourceVersion "1").
+//   - Kubernetes NetworkPolicies are read as knp.default.* NetworkPolicies.
 //   - IPAM (Store.IPAM) maps Calico's etcd IPAM keys onto ipamblocks,
 //     blockaffinities, ipamhandles and ipamconfigs (ipam*.go): a block is
 //     named after its CIDR ("10-244-166-128-26"), an affinity
@@ -37,6 +60,26 @@
 // rotation) without client-go's schemes, which the CNI plugin would pay
 // for at every start. Every update carries the resourceVersion it read:
 // the API server's compare-and-swap.
+//
+// # Custom resources and policies (crd.go, crdmeta.go, policy.go)
+//
+// Writes are those of libcalico-go's customK8sResourceClient: Create is a
+// POST; Update and Apply read the stored object (its creationTimestamp
+// lives in the metadata annotation and is kept) and PUT at the caller's
+// resourceVersion or, without one, at the one read, retrying a lost race a
+// bounded number of times; Delete sends a resourceVersion precondition and
+// returns the object as it was. Policies are stored under their tier-
+// prefixed name (datastore.PolicyNames, shared with the etcd backend: a
+// name Calico refuses, "noprefix" in tier "security", is stored and shown
+// as "security.noprefix"); a default-tier policy keeps its tier implicit
+// (no tier label, no spec.tier), which Calico's clientv3 adds only when it
+// presents one. NetworkPolicy also lists the Kubernetes NetworkPolicies as
+// knp.default.<name> (k8spolicy's translation, Calico's metadata); real
+// calicoctl on KDD lists only the custom resources, but everything reading
+// policies here — the policy compiler above all — must see both, as in
+// etcd mode where the policy controller copies them. Writes to them are
+// refused: Kubernetes owns them. KubeControllersConfiguration's node
+// controller cannot have syncLabels Disabled, as Calico refuses on KDD.
 //
 // # Thread safety
 //

@@ -78,6 +78,14 @@ type prefixLister interface {
 	listPrefix(ctx context.Context, ns, prefix string) ([]api.Object, error)
 }
 
+// staticLister is implemented by mappers with objects that exist without
+// any Kubernetes object behind them (Calico's projectcalico-default-allow
+// Profile). List and a Watch's Reset include them; they never change, so
+// a watch sends nothing else for them.
+type staticLister interface {
+	static() []api.Object
+}
+
 type writeMode int
 
 const (
@@ -308,6 +316,9 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]api.Object,
 		if rev == 0 || r < rev {
 			rev = r
 		}
+	}
+	if sl, ok := m.(staticLister); ok {
+		out = append(out, sl.static()...)
 	}
 	sortObjects(out)
 	return out, rev, nil

@@ -127,6 +127,11 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 				rev = w.rv
 			}
 		}
+		for _, m := range ms {
+			if sl, ok := m.(staticLister); ok {
+				all = append(all, sl.static()...)
+			}
+		}
 		sortObjects(all)
 		if !send(ctx, out, datastore.Event{Type: datastore.Reset, Objects: all, Revision: rev}) {
 			return

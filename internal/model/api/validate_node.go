@@ -31,7 +31,10 @@ func (n *Node) Validate() error {
 	}
 	for i, a := range s.Addresses {
 		p := index("spec.addresses", i)
-		checkNetwork(&f, field(p, "address"), a.Address)
+		// Host bits allowed: on the Kubernetes datastore Calico shows the
+		// BGP address with its subnet ("192.0.2.1/24") here, and takes it
+		// back on update (its "net" tag is never applied: no dive).
+		checkCIDROrIP(&f, field(p, "address"), a.Address)
 		checkEnum(&f, field(p, "type"), a.Type, NodeAddressCalicoNodeIP, NodeAddressInternalIP, NodeAddressExternalIP)
 	}
 	for i, in := range s.Interfaces {

@@ -175,13 +175,13 @@ orchRefs: [{orchestrator: k8s, nodeName: node1}]`), nil},
 bgp: {ipv4Address: "fd00::1/64", ipv6Address: 10.0.0.1/24}
 ipv6VXLANTunnelAddr: 10.0.0.1
 vxlanTunnelMACAddr: zz
-addresses: [{address: 10.0.0.5/24, type: Public}]`), []string{
+addresses: [{address: 10.0.0.5/24, type: CalicoNodeIP}, {address: 10.0.0.5/33, type: Public}]`), []string{
 			`spec.bgp.ipv4Address: "fd00::1/64" is not a valid IPv4 address or CIDR`,
 			`spec.bgp.ipv6Address: "10.0.0.1/24" is not a valid IPv6 address or CIDR`,
 			`spec.ipv6VXLANTunnelAddr: "10.0.0.1" is not a valid IPv6 address`,
 			`spec.vxlanTunnelMACAddr: "zz" is not a valid MAC address`,
-			`spec.addresses[0].address: "10.0.0.5/24" is not a network address: host bits are set (did you mean 10.0.0.0/24?)`,
-			`spec.addresses[0].type: "Public" must be one of CalicoNodeIP, InternalIP, ExternalIP`,
+			`spec.addresses[1].address: "10.0.0.5/33" is not a valid CIDR or IP address`,
+			`spec.addresses[1].type: "Public" must be one of CalicoNodeIP, InternalIP, ExternalIP`,
 		}},
 		{"wireguard key", doc("Node", "name: n1", "") + "status:\n  wireguardPublicKey: nope\n", []string{
 			`status.wireguardPublicKey: "nope" is not a valid WireGuard public key`,

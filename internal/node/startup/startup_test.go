@@ -279,3 +279,40 @@ func TestDefaultPoolMasksHostBits(t *testing.T) {
 		t.Errorf("pool CIDR %q, want 10.1.0.0/16", p.Spec.CIDR)
 	}
 }
+
+// typedStore is a memStore that says which datastore it is.
+type typedStore struct {
+	*memStore
+	typ string
+}
+
+func (s typedStore) Type() string { return s.typ }
+
+// TestClusterTypeRecordsKDD: on the Kubernetes datastore the
+// ClusterInformation created at start-up says "kdd", as Calico's does.
+func TestClusterTypeRecordsKDD(t *testing.T) {
+	tests := []struct {
+		typ, configured, want string
+	}{
+		{datastore.TypeEtcd, "k8s,bgp", "k8s,bgp"},
+		{datastore.TypeEtcd, "", ""},
+		{datastore.TypeKubernetes, "", "kdd"},
+		{datastore.TypeKubernetes, "k8s,bgp", "k8s,bgp,kdd"},
+		{datastore.TypeKubernetes, "k8s,bgp,", "k8s,bgp,kdd"},
+		{datastore.TypeKubernetes, "k8s,kdd", "k8s,kdd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.typ+"/"+tc.configured, func(t *testing.T) {
+			s := typedStore{newMem(), tc.typ}
+			cfg := baseConfig(t)
+			cfg.ClusterType = tc.configured
+			if err := ensureClusterInformation(context.Background(), s, cfg); err != nil {
+				t.Fatal(err)
+			}
+			ci := s.objs["ClusterInformation/default"].(*api.ClusterInformation)
+			if ci.Spec.ClusterType != tc.want {
+				t.Errorf("clusterType = %q, want %q", ci.Spec.ClusterType, tc.want)
+			}
+		})
+	}
+}

@@ -141,7 +141,7 @@ func TestCleanupKillsProcess(t *testing.T) {
 	t.Run("start", func(t *testing.T) {
 		s := Start(t)
 		pid = s.proc.Cmd.Process.Pid
-		t.SkipNow()
+		t.Skip("ended early on purpose, as a failure would end it: its cleanup must still stop etcd")
 	})
 	if pid == 0 {
 		t.Fatal("no pid recorded")

@@ -359,9 +359,10 @@ func (c *Cluster) ConfigForToken(token string) *rest.Config {
 }
 
 // RunKubectl runs kubectl against the cluster as admin with stdin as its
-// standard input and returns its combined output.
+// standard input and returns its combined output. Its discovery cache is
+// the cluster's, not ~/.kube/cache.
 func (c *Cluster) RunKubectl(stdin io.Reader, args ...string) (string, error) {
-	cmd := exec.Command(c.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	cmd := exec.Command(c.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)...)
 	cmd.Stdin = stdin
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

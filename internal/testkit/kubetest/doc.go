@@ -19,7 +19,11 @@
 //
 // StartNode(t, c) adds a real node to such a cluster: kubelet (built with
 // the other binaries) and Debian's containerd with its CRI plugin and runc,
-// in the host's network namespace as on a real node, named NodeName. Its
+// named NodeName, in the caller's network namespace, which plays the
+// node's host namespace: it must be a private one the test made (its test
+// binary re-executed by netnstest.Reexec; StartNode refuses the machine's),
+// so that kubelet's, the CNI plugin's and a node agent's chains, routes
+// and links never mix with the machine's. Its
 // images (pause, and TestImage: the host's static busybox) are built
 // locally, no registry; the reference CNI plugins ptp, host-local and
 // loopback are built from the project's go.mod. The cluster must be

@@ -59,8 +59,12 @@ type Node struct {
 }
 
 // StartNode runs containerd (Debian's, with its CRI plugin, and runc) and
-// kubelet Version as node NodeName of c, in the host's network namespace
-// as on a real node, and waits until kubelet has registered the Node.
+// kubelet Version as node NodeName of c, in the caller's network
+// namespace, and waits until kubelet has registered the Node. That
+// namespace is the node's "host" namespace, where kubelet, the CNI plugin
+// and a node agent put their chains, routes and links: it must be a
+// private one the test made (the test binary re-executed by
+// netnstest.Reexec, with c started there too), never the machine's.
 // The Node is Ready once a CNI conflist is in CNIConfDir. t.Cleanup deletes
 // every pod (kubelet runs CNI DEL), stops both by PID, kills what they
 // left, unmounts, and restores the iptables chains and sysctls kubelet
@@ -72,6 +76,9 @@ func StartNode(t testing.TB, c *Cluster) *Node {
 	}
 	if os.Geteuid() != 0 {
 		t.Fatal("kubetest: a kubelet node needs root")
+	}
+	if inMachineNetNS() {
+		t.Fatal("kubetest: StartNode would program the machine's own network namespace: run the test binary in a private one (netnstest.Reexec)")
 	}
 	for _, cmd := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables-save", "nsenter"} {
 		if _, err := exec.LookPath(cmd); err != nil {
@@ -389,6 +396,14 @@ func (n *Node) stop(t testing.TB, procs []*process, base baseline) {
 	os.RemoveAll(n.Dir)
 }
 
+// inMachineNetNS reports whether this process shares the network
+// namespace of PID 1 (the machine's, or the container's the tests run in).
+func inMachineNetNS() bool {
+	self, err1 := os.Readlink("/proc/self/ns/net")
+	pid1, err2 := os.Readlink("/proc/1/ns/net")
+	return err1 == nil && err2 == nil && self == pid1
+}
+
 // baseline is the host state kubelet and containerd change outside their
 // own directories.
 type baseline struct {
@@ -421,7 +436,9 @@ func takeBaseline() baseline {
 
 // restore removes the KUBE-* and CNI-* chains (and the jumps to them)
 // that were not there before, empty nftables tables iptables-nft created
-// for them, and puts the kernel settings back.
+// for them (all in the node's own network namespace), and puts the kernel
+// settings back (those kubelet changes are the machine's, not per
+// namespace).
 func (b baseline) restore(t testing.TB, dir string) {
 	for _, c := range iptablesChains() {
 		f := strings.Fields(c)
