@@ -12,9 +12,9 @@ type KV interface {
 	// List returns every key under prefix, sorted, with the revision of
 	// the read; keysOnly leaves the values out. The KDD backend serves a
 	// list of one node's affinities from the API server's cache, which may
-	// be a few milliseconds behind another process's writes (never behind
-	// this process's own); writes are conditional, so that costs at most a
-	// retry.
+	// be a few milliseconds behind other clients' writes (never behind what
+	// this Store read or wrote); writes are conditional, so that costs at
+	// most a retry.
 	List(ctx context.Context, prefix string, keysOnly bool) ([]KeyValue, int64, error)
 	// Snapshot lists several prefixes at once. The etcd backend reads them
 	// at one revision; the KDD backend lists them one after the other.

@@ -31,8 +31,8 @@ type ipamKV struct {
 	// beforeWrite, when set (tests), runs before write number i of a Txn
 	// to key; an error it returns fails that write.
 	beforeWrite func(ctx context.Context, i int, key string) error
-	// affinityRV is the newest affinity revision this KV has read or
-	// written (see listObjects).
+	// affinityRV is the newest revision of an affinity this KV has read
+	// or written (see listObjects).
 	affinityRV atomic.Int64
 }
 
@@ -200,7 +200,14 @@ func (k *ipamKV) listObjects(ctx context.Context, r *ipamResource, sel string) (
 	if err != nil {
 		return nil, 0, fmt.Errorf("list %s: %w", r.plural, err)
 	}
-	k.saw(r, rev)
+	// Only the objects' own revisions: the list's may be a newer one of
+	// another resource, which the affinities' cache would have to wait
+	// for.
+	for _, obj := range items {
+		if orev, err := parseRV(obj.Metadata.ResourceVersion); err == nil {
+			k.saw(r, orev)
+		}
+	}
 	return items, rev, nil
 }
 
@@ -348,5 +355,17 @@ func (k *ipamKV) deleteObject(ctx context.Context, r *ipamResource, name, rv str
 	if err != nil {
 		return err
 	}
-	return apiErr("delete", r, k.s.c.do(ctx, http.MethodDelete, r.objPath(name), nil, "", body, nil))
+	// The answer is the object as deleted, at the deletion's revision.
+	var got struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := k.s.c.do(ctx, http.MethodDelete, r.objPath(name), nil, "", body, &got); err != nil {
+		return apiErr("delete", r, err)
+	}
+	if rev, err := parseRV(got.Metadata.ResourceVersion); err == nil {
+		k.saw(r, rev)
+	}
+	return nil
 }
