@@ -714,6 +714,8 @@ func (a access) in(list []access) bool {
 //     through the status subresource;
 //   - IPAM on its four CRDs (CNI plugin, agent tunnel addresses, IPAM GC);
 //   - start-up's ClusterInformation, tiers and default pools;
+//   - the node controller's removal of a deleted node's BGPPeers,
+//     HostEndpoints and node.<name> configurations;
 //   - the controllers' Lease.
 func kddAccess() []access {
 	var out []access
@@ -748,6 +750,9 @@ func kddAccess() []access {
 	}
 	for _, r := range []string{"clusterinformations", "tiers", "ippools"} {
 		out = append(out, access{verb: "create", group: crdGroup, resource: r})
+	}
+	for _, r := range []string{"bgppeers", "hostendpoints", "felixconfigurations", "bgpconfigurations"} {
+		out = append(out, access{verb: "delete", group: crdGroup, resource: r})
 	}
 	out = append(out,
 		access{verb: "patch", resource: "nodes/status"},
