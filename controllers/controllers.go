@@ -124,7 +124,11 @@ type Config struct {
 	GCInterval time.Duration
 	// NodeCleanupRetry: see DefaultNodeCleanupRetry.
 	NodeCleanupRetry time.Duration
-	Logger           *slog.Logger
+	// Datastore is the store's type, datastore.TypeEtcd ("" = etcd) or
+	// datastore.TypeKubernetes. (Given here, not asked of the store,
+	// because the store may be a connection still being made.)
+	Datastore string
+	Logger    *slog.Logger
 	// Registerer receives the controllers' metrics; nil = none.
 	Registerer prometheus.Registerer
 }
@@ -138,8 +142,6 @@ type Store interface {
 	Update(ctx context.Context, obj api.Object) (api.Object, error)
 	Delete(ctx context.Context, kind, namespace, name, resourceVersion string) (api.Object, error)
 	Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event
-	// Type is datastore.TypeEtcd or datastore.TypeKubernetes.
-	Type() string
 }
 
 // IPAM is the part of *ipam.Client the node and ipamgc controllers use.
@@ -212,7 +214,7 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := cfg.Logger.With("component", "kube-controllers")
-	kdd := store != nil && store.Type() == datastore.TypeKubernetes
+	kdd := cfg.Datastore == datastore.TypeKubernetes
 	if kdd {
 		run, skipped := ForDatastore(cfg.Enabled, datastore.TypeKubernetes)
 		for _, name := range cfg.Enabled {

@@ -135,6 +135,7 @@ func (e *env) fastConfig(identity string, enabled ...string) Config {
 		GCInterval:       300 * time.Millisecond,
 		NodeCleanupRetry: 500 * time.Millisecond,
 		Logger:           e.logger(identity),
+		Datastore:        e.store.Type(),
 	}
 }
 
