@@ -42,9 +42,10 @@
 // There Calico computes Profiles from Namespaces and ServiceAccounts,
 // WorkloadEndpoints (labels included) from Pods, and reads Kubernetes
 // NetworkPolicies as knp.default.*; the store refuses writes of them. So
-// New leaves the namespace, serviceaccount, workloadendpoint and policy
-// controllers out on a Kubernetes store, with a warning each
-// (ForDatastore), and runs node and ipamgc, as Calico's KDD manifests do.
+// with Config.Datastore "kubernetes" New leaves the namespace,
+// serviceaccount, workloadendpoint and policy controllers out, with a
+// warning each (ForDatastore), and runs node and ipamgc, as Calico's KDD
+// manifests do.
 //
 // The Calico Node is the Kubernetes Node (its orchRef names itself), so
 // the node controller syncs no labels and deletes no Node. When a
