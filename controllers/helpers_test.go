@@ -75,14 +75,6 @@ func newKDDEnv(t *testing.T) *env {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	// Established is not yet served: each CRD's storage answers 429 for a
-	// moment after. Wait until every kind lists.
-	for _, k := range api.Kinds() {
-		eventually(t, time.Minute, func() error {
-			_, _, err := store.List(ctx, k.Kind, "")
-			return err
-		})
-	}
 	// TEMPORARY(kdd-ipam): IPAM on etcd until the KDD IPAM lands.
 	srv := etcdtest.Start(t)
 	es, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
