@@ -381,10 +381,10 @@ func (nc *nodeController) remove(ctx context.Context, cn *api.Node) error {
 // the same cleanup.
 func RemoveNode(ctx context.Context, store Store, ipamc IPAM, name string, log *slog.Logger) error {
 	if err := cleanupNode(ctx, store, ipamc, name, log); err != nil {
-		return err
+		return fmt.Errorf("clean up node %s: %w", name, err)
 	}
 	if _, err := store.Delete(ctx, "Node", "", name, ""); err != nil {
-		return fmt.Errorf("delete Node %s: %w", name, err)
+		return err // the store's error names the Node
 	}
 	log.Info("deleted node", "name", name)
 	return nil

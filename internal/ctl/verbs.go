@@ -269,7 +269,7 @@ func (s *session) deleteOne(r ref) (api.Object, error) {
 		return nil, getErr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("delete node %s: %w", r.name, err)
+		return nil, err
 	}
 	return node, nil
 }
