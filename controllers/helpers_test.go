@@ -75,14 +75,7 @@ func newKDDEnv(t *testing.T) *env {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	// TEMPORARY(kdd-ipam): IPAM on etcd until the KDD IPAM lands.
-	srv := etcdtest.Start(t)
-	es, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { es.Close() })
-	e := &env{ctx: ctx, kube: kube, store: store, kv: es.IPAM(), ipam: ipam.New(es.IPAM(), store, nil), logs: &syncBuffer{}}
+	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", e.logs.String())

@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // nodeFixture is a node's Calico state besides the Node: a pod address
@@ -101,4 +109,45 @@ func TestDeleteNode(t *testing.T) {
 	}
 	f.cleaned("n1", ip)
 	c.ok("delete", "--skip-not-exists", "node", "n1")
+}
+
+// TestDeleteNodeKDD: on the Kubernetes datastore the cleanup is the same,
+// and then the Node's own deletion is refused, as Calico's calicoctl
+// refuses it there: the Node is the Kubernetes Node, which stays.
+func TestDeleteNodeKDD(t *testing.T) {
+	k := kubetest.Start(t, kubetest.WithoutControllerManager())
+	if out, err := k.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
+		t.Fatalf("apply CRDs: %v\n%s", err, out)
+	}
+	if out, err := k.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("wait for CRDs: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: k.Kubeconfig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := k.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f := &nodeFixture{t: t, ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
+	f.create(pool("10.50.0.0/16"))
+	ip := f.leave("n1", "h1")
+
+	// No etcd: the CLI reaches the Kubernetes API alone.
+	c := &cli{t: t, bin: filepath.Join(testbin.Dir(t), "calicoctl"), etcd: &etcdtest.Server{},
+		extEnv: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + k.Kubeconfig}}
+	stderr := c.fails("delete", "node", "n1")
+	for _, want := range []string{"Calico Nodes cannot be deleted", "delete the Kubernetes Node"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q: %s", want, stderr)
+		}
+	}
+	t.Logf("calicoctl delete node n1 on KDD:\n%s", stderr)
+	f.cleaned("n1", ip)
+	if _, err := k.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("Kubernetes node n1: %v", err)
+	}
 }
