@@ -197,7 +197,7 @@ func TestDemoKDD(t *testing.T) {
 	if r.Datastore != datastoreKube {
 		t.Errorf("the demo ran on %q", r.Datastore)
 	}
-	checkDemo(t, d, r, out, []string{"[14/14]", "networkpolicy.networking.k8s.io/backend-same-namespace-only created",
+	checkDemo(t, d, r, out, []string{"[13/13]", "networkpolicy.networking.k8s.io/backend-same-namespace-only created",
 		"Successfully applied 1 'GlobalNetworkPolicy'", "node--1-k8s-pod--1-eth0", "DATASTORE_TYPE=kubernetes"})
 
 	t.Run("Calico's data in the Kubernetes API", func(t *testing.T) {

@@ -156,7 +156,7 @@ func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 	start := time.Now()
 	c := &cluster{o: o, out: out, total: 11}
 	if c.kdd() {
-		c.total = 14
+		c.total = 13
 	}
 	res := &results{Datastore: o.datastore, Sessions: map[string][]string{}}
 	self, err := os.Executable()
