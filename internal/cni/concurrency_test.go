@@ -7,21 +7,36 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
-	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // Three nodes each run ADDs concurrently against one pool, as kubelets
-// starting pods at once do: no address is handed out twice, each node's
-// pods come from blocks affine to that node while free blocks remain,
-// borrowing happens only once the pool has no free block (and never with
-// strictAffinity), and after every DEL nothing is left allocated.
+// starting pods at once do, on either datastore: no address is handed out
+// twice, each node's pods come from blocks affine to that node while free
+// blocks remain, borrowing happens only once the pool has no free block
+// (and never with strictAffinity), and after every DEL nothing is left
+// allocated. On the Kubernetes datastore the pods are Kubernetes Pods the
+// plugin reads and annotates, and IPAM is Calico's custom resources.
 func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 pods: not in -short")
 	}
-	e := newEnv(t)
+	for _, ds := range []struct {
+		name string
+		env  func(testing.TB) *env
+	}{
+		{datastore.TypeEtcd, func(t testing.TB) *env { return newEnv(t) }},
+		{datastore.TypeKubernetes, newKDDEnv},
+	} {
+		t.Run(ds.name, func(t *testing.T) { testConcurrentAdds(t, ds.env(t)) })
+	}
+}
+
+func testConcurrentAdds(t *testing.T, e *env) {
+	e = e.in(t)
 	// 512 addresses in 32 blocks of 16: 3 x 100 pods need 21 blocks.
 	e.addPool("shared", "10.230.0.0/23", 28)
 	const perNode = 100
@@ -30,10 +45,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	for _, n := range nodes {
 		// Registered nodes, so that their blocks are not reported as
 		// belonging to missing nodes.
-		node := &api.Node{TypeMeta: api.TypeMeta{Kind: "Node", APIVersion: api.GroupVersion}, ObjectMeta: api.ObjectMeta{Name: n}}
-		if _, err := e.store.Create(e.ctx, node); err != nil {
-			t.Fatal(err)
-		}
+		e.addNode(n)
 		ne := *e
 		ne.node = n
 		// Each node has its own lock file, like separate hosts.
@@ -53,10 +65,14 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	)
 	pods := map[string][]*pod{}
 	for _, n := range nodes {
-		for range perNode {
-			pods[n] = append(pods[n], newPod(t))
+		for i := range perNode {
+			// A Kubernetes pod, as kubelet names it in CNI_ARGS.
+			name := fmt.Sprintf("%s-%d", n, i)
+			e.addK8sPod("default", name, n)
+			pods[n] = append(pods[n], newPod(t, "default", name))
 		}
 	}
+	start := time.Now()
 	for _, n := range nodes {
 		for _, p := range pods[n] {
 			wg.Add(1)
@@ -79,6 +95,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	t.Logf("%d concurrent ADDs in %s", len(nodes)*perNode, time.Since(start).Round(10*time.Millisecond))
 	for _, err := range errs {
 		t.Error(err)
 	}
@@ -94,6 +111,19 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	}
 	if len(seen) != len(nodes)*perNode {
 		t.Fatalf("%d distinct addresses for %d pods", len(seen), len(nodes)*perNode)
+	}
+	// Every pod's endpoint carries the address its ADD returned.
+	eps := e.endpoints("default")
+	if len(eps) != len(all) {
+		t.Errorf("%d endpoints for %d pods", len(eps), len(all))
+	}
+	for _, ep := range eps {
+		for _, n := range ep.Spec.IPNetworks {
+			a, err := netip.ParsePrefix(n)
+			if err != nil || seen[a.Addr()] != ep.Spec.ContainerID {
+				t.Errorf("endpoint %s has %s, which its ADD did not return", ep.Name, n)
+			}
+		}
 	}
 	// Enough blocks for everyone: every address is in a block affine to
 	// the node whose pod holds it.
@@ -121,6 +151,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	}
 
 	// All DELs at once: nothing leaked.
+	start = time.Now()
 	for _, pl := range all {
 		wg.Add(1)
 		go func(pl placed) {
@@ -133,6 +164,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 		}(pl)
 	}
 	wg.Wait()
+	t.Logf("%d concurrent DELs in %s", len(all), time.Since(start).Round(10*time.Millisecond))
 	for _, err := range errs {
 		t.Error(err)
 	}
