@@ -1,9 +1,11 @@
 package cni_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 )
@@ -24,29 +30,37 @@ import (
 // blocks remain, borrowing happens only once the pool has no free block
 // (and never with strictAffinity), and after every DEL nothing is left
 // allocated. On the Kubernetes datastore the pods are Kubernetes Pods the
-// plugin reads and annotates, and IPAM is Calico's custom resources.
+// plugin reads and annotates, and IPAM is Calico's custom resources; there
+// each node's plugins hand their commands to that node's agent (a CNI
+// server per node, as on a node where calico-node runs), each agent with
+// its one warm API server connection: 300 plugin processes each opening
+// their own would measure how long a small machine takes to start them,
+// not IPAM (the plugins' own datastore path is the etcd case's).
 func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 pods: not in -short")
 	}
-	for _, ds := range []struct {
-		name string
-		env  func(testing.TB) *env
+	for _, tc := range []struct {
+		name     string
+		env      func(testing.TB) *env
+		viaAgent bool
 	}{
-		{datastore.TypeEtcd, func(t testing.TB) *env { return newEnv(t) }},
-		{datastore.TypeKubernetes, newKDDEnv},
+		{datastore.TypeEtcd, func(t testing.TB) *env { return newEnv(t) }, false},
+		{datastore.TypeKubernetes, newKDDEnv, true},
 	} {
-		t.Run(ds.name, func(t *testing.T) { testConcurrentAdds(t, ds.env(t)) })
+		t.Run(tc.name, func(t *testing.T) { testConcurrentAdds(t, tc.env(t), tc.viaAgent) })
 	}
 }
 
-func testConcurrentAdds(t *testing.T, e *env) {
+func testConcurrentAdds(t *testing.T, e *env, viaAgent bool) {
 	e = e.in(t)
 	// 512 addresses in 32 blocks of 16: 3 x 100 pods need 21 blocks.
 	e.addPool("shared", "10.230.0.0/23", 28)
 	const perNode = 100
 	nodes := []string{"node-a", "node-b", "node-c"}
 	confs := map[string][]byte{}
+	envs := map[string]*env{}
+	servers := map[string]*cni.Server{}
 	for _, n := range nodes {
 		// Registered nodes, so that their blocks are not reported as
 		// belonging to missing nodes.
@@ -56,6 +70,15 @@ func testConcurrentAdds(t *testing.T, e *env) {
 		// Each node has its own lock file, like separate hosts.
 		ne.lockFile = filepath.Join(t.TempDir(), "ipam.lock")
 		confs[n] = ne.conf("1.0.0", map[string]any{"log_level": "error"})
+		if viaAgent {
+			srv, sock := startServerAt(t)
+			servers[n] = srv
+			ne.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, e.cacheDir, &socketExec{
+				Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}},
+				env:  cnientry.SocketEnv + "=" + sock,
+			})
+		}
+		envs[n] = &ne
 	}
 	type placed struct {
 		node string
@@ -87,10 +110,10 @@ func testConcurrentAdds(t *testing.T, e *env) {
 				var res *types100.Result
 				err := retryTimeouts(&retries, func() error {
 					var err error
-					if res, err = e.add(confs[n], p); err != nil && timedOut(err) {
+					if res, err = envs[n].add(confs[n], p); err != nil && timedOut(err) {
 						// The runtime tears a failed sandbox down before
 						// it tries again.
-						retryTimeouts(&retries, func() error { return e.del(confs[n], p) })
+						retryTimeouts(&retries, func() error { return envs[n].del(confs[n], p) })
 					}
 					return err
 				})
@@ -171,7 +194,7 @@ func testConcurrentAdds(t *testing.T, e *env) {
 		wg.Add(1)
 		go func(pl placed) {
 			defer wg.Done()
-			if err := retryTimeouts(&retries, func() error { return e.del(confs[pl.node], pl.pod) }); err != nil {
+			if err := retryTimeouts(&retries, func() error { return envs[pl.node].del(confs[pl.node], pl.pod) }); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("DEL %s: %w", pl.pod.rt.ContainerID, err))
 				mu.Unlock()
@@ -196,6 +219,23 @@ func testConcurrentAdds(t *testing.T, e *env) {
 	if weps := e.endpoints("default"); len(weps) != 0 {
 		t.Errorf("%d endpoints left", len(weps))
 	}
+	// Each node's agent ran its node's commands, not the plugins.
+	for n, srv := range servers {
+		if srv.Served.Load() < 2*perNode || srv.Declined.Load() != 0 {
+			t.Errorf("%s's agent served %d commands and declined %d; want its %d ADDs and DELs, none declined", n, srv.Served.Load(), srv.Declined.Load(), 2*perNode)
+		}
+	}
+}
+
+// socketExec runs plugins with one more environment variable: the CNI
+// socket of their node's agent.
+type socketExec struct {
+	invoke.Exec
+	env string
+}
+
+func (e *socketExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	return e.Exec.ExecPlugin(ctx, pluginPath, stdinData, append(environ, e.env))
 }
 
 // retryTimeouts runs f again, as a runtime retries a command, while it
