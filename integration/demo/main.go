@@ -1,7 +1,8 @@
-// Command calico-demo is `make demo`: a three-node Calico cluster on one
-// machine, built from network namespaces, that shows BGP, IPAM and policy
-// working across nodes, and is left running to explore. `make demo-down`
-// (calico-demo down) removes it.
+// Command calico-demo is `make demo` (and `make demo-kdd`, the same on the
+// Kubernetes datastore): a three-node Calico cluster on one machine, built
+// from network namespaces, that shows BGP, IPAM and policy working across
+// nodes, and is left running to explore. `make demo-down` (calico-demo
+// down) removes it.
 //
 // # Model
 //
@@ -38,14 +39,21 @@
 // Everything the demo creates is recorded in <state-dir>/state.json before
 // it is created (namespaces) or right after (processes, by PID and start
 // time, so a reused PID is never signalled). `down` undoes exactly that
-// record and removes the state directory; `up` runs `down` first, which is
-// why running it twice in a row works. The demo builds nothing: the
-// Makefile builds the binaries first.
+// record and removes the state directory (processes in three rounds:
+// clients first, then kube-apiserver, etcd last, so that each stops while
+// what it talks to still answers); `up` runs `down` first, which is why
+// running it twice in a row works. The demo builds nothing: the Makefile
+// builds the binaries first (and, for the Kubernetes datastore, has
+// kube-bins cache kube-apiserver and kubectl, whose directory it passes
+// as --kube-bin-dir).
 //
 // # Thread safety
 //
 // A single-threaded command; the matrix probes run in parallel goroutines
-// that each lock their OS thread while inside a pod's namespace.
+// that each lock their OS thread while inside a pod's namespace. The
+// hidden `forward` command opens each listener on a locked thread inside
+// its node's namespace and relays every connection in goroutines of its
+// own, in the machine's namespace.
 package main
 
 import (
