@@ -375,15 +375,15 @@ func (c *cluster) prerequisites() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing prerequisites (make deps installs the packages):\n  %s", strings.Join(missing, "\n  "))
 	}
-	ports := []struct {
+	// Each port, the recorded process of a previous demo that may hold
+	// it, and the flag that moves it.
+	type portUse struct {
 		port       int
 		owner, flg string
-	}{{c.o.etcdPort, "etcd", "--etcd-port"}, {c.o.etcdPort + 1, "etcd", "--etcd-port"}}
+	}
+	ports := []portUse{{c.o.etcdPort, "etcd", "--etcd-port"}, {c.o.etcdPort + 1, "etcd", "--etcd-port"}}
 	if c.kdd() {
-		ports = append(ports, struct {
-			port       int
-			owner, flg string
-		}{c.o.apiserverPort, apiserverProc, "--apiserver-port"})
+		ports = append(ports, portUse{c.o.apiserverPort, apiserverProc, "--apiserver-port"})
 	}
 	for _, p := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p.port))
