@@ -289,10 +289,10 @@ func (inv *invocation) cniVersion() string {
 	return inv.conf.CNIVersion
 }
 
-// isUnavailable reports whether err means etcd could not be reached or did
-// not answer in time.
+// isUnavailable reports whether err means the datastore (etcd, the
+// Kubernetes API server) could not be reached or did not answer in time.
 func isUnavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, datastore.ErrUnavailable) {
 		return true
 	}
 	if s, ok := status.FromError(err); ok {

@@ -327,7 +327,9 @@ func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS
 
 // store returns the shared store for cfg, connecting on first use.
 func (s *Server) store(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
-	key := strings.Join(slices.Concat(cfg.Endpoints, []string{cfg.CACertFile, cfg.CertFile, cfg.KeyFile}), "\x00")
+	// Everything that says which datastore and how to reach it: two
+	// networks on different Kubernetes API servers get different stores.
+	key := fmt.Sprintf("%#v", []any{cfg.EffectiveType(), cfg.Endpoints, cfg.CACertFile, cfg.CertFile, cfg.KeyFile, cfg.Kube})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.stores[key]; st != nil {

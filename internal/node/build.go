@@ -29,19 +29,18 @@ import (
 type actors struct {
 	log *slog.Logger
 
-	health          *health.Server
-	etcd            *embedetcd.Server
-	startup         *startupActor
-	store           *storeFuture // resolved by startup
-	confwatch       *confwatch.Watcher
-	confwatchHealth *health.Reporter
-	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
-	felixConfig     *agent.FelixConfig
-	bgp             *bgp.Actor
-	dataplane       *dataplane
-	cniServer       *cni.Server
-	installCNI      *cniinstall.Installer
-	controllers     *controllers.Controllers
+	health      *health.Server
+	etcd        *embedetcd.Server
+	startup     *startupActor
+	store       *storeFuture // resolved by startup
+	confwatch   *confwatch.Watcher
+	routes      *routetable.Table // nil unless BGP or the dataplane feeds it
+	felixConfig *agent.FelixConfig
+	bgp         *bgp.Actor
+	dataplane   *dataplane
+	cniServer   *cni.Server
+	installCNI  *cniinstall.Installer
+	controllers *controllers.Controllers
 
 	nl *netlink.Handle // the routes' and overlay's; closed by close
 }
@@ -124,8 +123,9 @@ func (b *builder) controlPlane(a *actors) error {
 	// Built before the group runs, reading the datastore through the
 	// future, so that every other actor can subscribe before it runs.
 	a.confwatch = confwatch.New(a.store, b.log, b.reg)
-	a.confwatchHealth = b.agg.Register("confwatch", true, true, 0)
-	a.confwatchHealth.Report(true, false, "waiting for datastore")
+	confwatchHealth := b.agg.Register("confwatch", true, true, 0)
+	confwatchHealth.Report(true, false, "waiting for datastore")
+	a.confwatch.ReportHealthTo(confwatchHealth)
 	return nil
 }
 

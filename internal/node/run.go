@@ -321,16 +321,9 @@ func (a *actors) run(ctx context.Context) error {
 	return g.run()
 }
 
-// runConfwatch runs the cache and reports it in sync to the health
-// aggregator.
+// runConfwatch runs the cache, which reports its health itself (in
+// sync, or the datastore unreachable).
 func (a *actors) runConfwatch(ctx context.Context) error {
-	go func() {
-		select {
-		case <-a.confwatch.Synced():
-			a.confwatchHealth.Report(true, true, "in sync")
-		case <-ctx.Done():
-		}
-	}()
 	err := a.confwatch.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

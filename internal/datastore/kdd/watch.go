@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
@@ -35,7 +36,9 @@ func keyOf(o api.Object) objectKey {
 // or a revision the server no longer has, starts with one Reset event
 // carrying the complete current set. A watch that fails, or whose revision
 // expires, is resumed by a fresh list whose difference from what was sent
-// is emitted as ordinary events, so no Reset is needed after the start.
+// is emitted as ordinary events, so no Reset is needed after the start;
+// once every source that failed is watching again, one InSync event says
+// the stream is current (the API server is back).
 func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
 	out := make(chan datastore.Event, watchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
@@ -73,9 +76,10 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 // due, then runs them until ctx ends.
 func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, out chan<- datastore.Event) {
 	var ws []*sourceWatch
+	health := &watchHealth{out: out, failing: map[*sourceWatch]bool{}}
 	for _, m := range ms {
 		for i, src := range m.sources() {
-			ws = append(ws, &sourceWatch{s: s, m: m, i: i, src: src, out: out, state: map[string][]api.Object{}})
+			ws = append(ws, &sourceWatch{s: s, m: m, i: i, src: src, out: out, health: health, state: map[string][]api.Object{}})
 		}
 	}
 	reset := fromRevision < 0
@@ -153,14 +157,53 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 // goroutine, is what each Kubernetes object (by namespace/name) last
 // yielded, so that a change or a relist can be turned into the difference.
 type sourceWatch struct {
-	s     *Store
-	m     mapper
-	i     int
-	src   source
-	out   chan<- datastore.Event
-	state map[string][]api.Object
-	rv    int64
-	wait  time.Duration
+	s      *Store
+	m      mapper
+	i      int
+	src    source
+	out    chan<- datastore.Event
+	health *watchHealth
+	state  map[string][]api.Object
+	rv     int64
+	wait   time.Duration
+}
+
+// watchHealth is which sources of one Watch failed last time they tried
+// and have not watched since, so that the stream can tell its consumer
+// when all of them are current again (InSync) — after an API server
+// outage every source fails on its own and recovers on its own.
+type watchHealth struct {
+	out chan<- datastore.Event
+
+	// mu orders the error and InSync events of all sources as the
+	// failing set changes, so an InSync is never sent after a newer
+	// failure's error.
+	mu      sync.Mutex
+	failing map[*sourceWatch]bool
+}
+
+// failed marks w failing and sends its error; false when ctx ended.
+func (h *watchHealth) failed(ctx context.Context, w *sourceWatch, ev datastore.Event) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing[w] = true
+	return send(ctx, h.out, ev)
+}
+
+// watching marks w current (its watch was accepted after the relist
+// whose difference it sent); the last failing source to recover sends
+// InSync. False when ctx ended.
+func (h *watchHealth) watching(ctx context.Context, w *sourceWatch) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.failing[w] {
+		return true
+	}
+	delete(h.failing, w)
+	if len(h.failing) > 0 {
+		return true
+	}
+	return send(ctx, h.out, datastore.Event{Type: datastore.InSync})
 }
 
 type rawMeta struct {
@@ -252,7 +295,9 @@ func (w *sourceWatch) run(ctx context.Context) {
 			}
 			w.rv, relist = rev, false
 		}
-		err := w.s.c.watch(ctx, w.src.path, strconv.FormatInt(w.rv, 10), func(ev watchEvent) error {
+		err := w.s.c.watch(ctx, w.src.path, strconv.FormatInt(w.rv, 10), func() {
+			w.health.watching(ctx, w)
+		}, func(ev watchEvent) error {
 			return w.handle(ctx, ev)
 		})
 		if ctx.Err() != nil {
@@ -346,7 +391,7 @@ func revOf(o api.Object, fallback int64) int64 {
 
 // fail reports err and waits out the backoff; false when ctx ended.
 func (w *sourceWatch) fail(ctx context.Context, err error) bool {
-	if !send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
+	if !w.health.failed(ctx, w, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
 		return false
 	}
 	w.wait = min(max(2*w.wait, backoffInitial), backoffMax)

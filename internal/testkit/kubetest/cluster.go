@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +68,22 @@ type Cluster struct {
 	Kubectl string
 	// Dir holds certificates, kubeconfigs and the components' logs.
 	Dir string
+
+	// api is the running kube-apiserver and what restarts it.
+	api *apiServer
+}
+
+// apiServer is kube-apiserver as StopAPIServer and RestartAPIServer see
+// it: how it was started, and its current process.
+type apiServer struct {
+	bin, dir string
+	pki      *pki
+	etcdURL  string
+	port     int
+	extra    []string
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
 }
 
 // Option changes what Start runs.
@@ -131,28 +148,26 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	c := &Cluster{Dir: dir, CAFile: p.caCert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
 
-	var api *process
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
-		api, err = startAPIServer(bins.APIServer, dir, p, etcd.Endpoints[0], port, o.apiserverArg)
-		if err != nil {
-			t.Fatalf("kubetest: %v", err)
-		}
-		t.Cleanup(api.stop)
+		c.api = &apiServer{bin: bins.APIServer, dir: dir, pki: p, etcdURL: etcd.Endpoints[0], port: port, extra: o.apiserverArg}
+		t.Cleanup(c.api.stop)
 		c.Host, c.Port = "127.0.0.1", strconv.Itoa(port)
 		c.URL = "https://" + net.JoinHostPort(c.Host, c.Port)
-		err = waitReady(c.URL, p, api)
+		proc, err := c.api.start(c.URL)
 		if err == nil {
 			break
 		}
-		api.stop()
-		if attempt+1 < startAttempts && strings.Contains(api.logTail(), "address already in use") {
+		if proc == nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		if attempt+1 < startAttempts && strings.Contains(proc.logTail(), "address already in use") {
 			continue
 		}
-		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, api.logPath, api.logTail())
+		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, proc.logPath, proc.logTail())
 	}
 
 	if err := writeKubeconfig(c.Kubeconfig, c.URL, p.caCert, p.adminCert, p.adminKey); err != nil {
@@ -214,6 +229,68 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Cleanup(sched.stop)
 	}
 	return c
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, SIGKILL after a grace
+// period, by its PID) and returns once it has exited. Its etcd and every
+// other component keep running, so the cluster's data survive: clients
+// see connections refused until RestartAPIServer.
+func (c *Cluster) StopAPIServer(t testing.TB) {
+	t.Helper()
+	c.api.stop()
+}
+
+// RestartAPIServer starts kube-apiserver again, stopping it first if it
+// runs, with the same flags, certificates, etcd and address (the
+// kubeconfigs stay valid), and waits until /readyz answers.
+func (c *Cluster) RestartAPIServer(t testing.TB) {
+	t.Helper()
+	c.api.stop()
+	// The old process's listening socket is closed, but a port left in
+	// TIME_WAIT by its connections can still make the bind fail for a
+	// moment: retried.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		proc, err := c.api.start(c.URL)
+		if err == nil {
+			return
+		}
+		if proc != nil && strings.Contains(proc.logTail(), "address already in use") && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if proc == nil {
+			t.Fatalf("kubetest: restart kube-apiserver: %v", err)
+		}
+		t.Fatalf("kubetest: restart kube-apiserver: %v; log %s:\n%s", err, proc.logPath, proc.logTail())
+	}
+}
+
+// start runs kube-apiserver and waits for /readyz at url. On failure the
+// process (if one was started) is stopped and returned for its log.
+func (a *apiServer) start(url string) (*process, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	proc, err := startAPIServer(a.bin, a.dir, a.pki, a.etcdURL, a.port, a.extra)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(url, a.pki, proc); err != nil {
+		proc.stop()
+		return proc, err
+	}
+	a.proc = proc
+	return proc, nil
+}
+
+// stop ends the running kube-apiserver, if any. Idempotent.
+func (a *apiServer) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil {
+		a.proc.stop()
+		a.proc = nil
+	}
 }
 
 func startAPIServer(bin, dir string, p *pki, etcdURL string, port int, extra []string) (*process, error) {

@@ -123,8 +123,35 @@ func TestCluster(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 
+		// The API server stops and comes back on the same address with
+		// the same data (its etcd runs on); the restarted process is
+		// the one cleanup stops.
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+		if _, err := c.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		firstPID := pidOf(t, c.Dir, "kube-apiserver")
+		c.StopAPIServer(t)
+		if err := syscall.Kill(firstPID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("kube-apiserver pid %d still exists after StopAPIServer (kill -0: %v)", firstPID, err)
+		}
+		if _, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("get while stopped: err = %v, want connection refused", err)
+		}
+		c.RestartAPIServer(t)
+		got, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{})
+		if err != nil || got.Data["k"] != "v" {
+			t.Errorf("config map after the restart: %v, %v", got, err)
+		}
+		if out, err := c.RunKubectl(nil, "get", "configmap", "survivor", "-o", "name"); err != nil || strings.TrimSpace(out) != "configmap/survivor" {
+			t.Errorf("kubectl with the same kubeconfig after the restart: %q, %v", out, err)
+		}
+
 		for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {
 			pids = append(pids, pidOf(t, c.Dir, name))
+		}
+		if pids[0] == firstPID {
+			t.Errorf("kube-apiserver pid %d unchanged by the restart", firstPID)
 		}
 	})
 	for _, pid := range pids {
