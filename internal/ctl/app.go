@@ -82,6 +82,7 @@ func Commands() []*cli.Command {
 		},
 		ipamCommand(),
 		nodeCommand(),
+		datastoreCommand(),
 		{
 			Name:  "version",
 			Usage: "print the client version and the cluster's",
