@@ -23,9 +23,9 @@ const dataplaneResync = agent.DefaultRefreshInterval
 type dataplane struct {
 	ready      *agent.DatastoreReady // ClusterInformation's datastoreReady: gates the others
 	endpoints  *agent.Endpoints      // workload host routes, veth sysctls
-	blackholes *agent.Blackholes // blackhole routes for this node's blocks
-	policy     *agent.Policy     // iptables and ipsets
-	overlay    *overlay.Overlay  // VXLAN and IP-in-IP devices and routes
+	blackholes *agent.Blackholes     // blackhole routes for this node's blocks
+	policy     *agent.Policy         // iptables and ipsets
+	overlay    *overlay.Overlay      // VXLAN and IP-in-IP devices and routes
 }
 
 // dataplane builds the dataplane actors on a's confwatch, route table and
