@@ -105,14 +105,21 @@ type session struct {
 	stdin  io.Reader
 }
 
-// withSession resolves the client config, connects and runs fn.
+// withSession resolves the client config, connects and runs fn, which
+// must be done within two minutes.
 func withSession(fn func(*session) error) cli.ActionFunc {
+	return withSessionTimeout(2*time.Minute, fn)
+}
+
+// withSessionTimeout is withSession with its own time limit, for verbs
+// that read or write the whole datastore.
+func withSessionTimeout(limit time.Duration, fn func(*session) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		cfg, err := configFromContext(c, os.Getenv)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
+		ctx, cancel := context.WithTimeout(c.Context, limit)
 		defer cancel()
 		store, err := connect.New(ctx, cfg.Config)
 		if err != nil {

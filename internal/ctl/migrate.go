@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,6 +19,10 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
+
+// migrateTimeout bounds an export or import: each reads or writes every
+// object, one request at a time on the Kubernetes datastore.
+const migrateTimeout = 30 * time.Minute
 
 // datastoreCommand is `calicoctl datastore migrate ...`: Calico's way of
 // moving a cluster from etcd to the Kubernetes datastore (lock, export,
@@ -45,13 +50,13 @@ func datastoreCommand() *cli.Command {
 				{
 					Name:   "export",
 					Usage:  "write the (locked) datastore's resources, cluster information and IPAM data to stdout",
-					Action: withSession(cmdMigrateExport),
+					Action: withSessionTimeout(migrateTimeout, cmdMigrateExport),
 				},
 				{
 					Name:  "import",
 					Usage: "write an export into the configured (empty) datastore, which stays locked",
 					Flags: []cli.Flag{&cli.StringFlag{Name: "filename", Aliases: []string{"f"}, Usage: "the export, or - for stdin"}},
-					Action: withSession(func(s *session) error {
+					Action: withSessionTimeout(migrateTimeout, func(s *session) error {
 						return cmdMigrateImport(s, ipamString(s.c, "filename"))
 					}),
 				},
@@ -89,10 +94,10 @@ func cmdMigrateUnlock(s *session) error {
 // endpoints and profiles), so that a cluster can go back to etcd.
 func cmdMigrateExport(s *session) error {
 	ci, err := getClusterInfo(s.ctx, s.store)
-	if err != nil {
+	if err != nil && !errors.Is(err, datastore.ErrNotFound) {
 		return fmt.Errorf("error while checking if datastore was locked: %w", err)
 	}
-	if !isLocked(ci) {
+	if ci == nil || !isLocked(ci) {
 		return errors.New("datastore is not locked. Run the `calicoctl datastore migrate lock` command in order to begin migration")
 	}
 	src := s.store.Type()

@@ -39,10 +39,10 @@ var migrationKinds = []string{
 // exports etcd, leaves them out).
 var computedKinds = []string{"Profile", "WorkloadEndpoint"}
 
-// protectedTiers exist on every Kubernetes datastore (Calico creates
-// them and they cannot be deleted), so they do not make a target
-// non-empty.
-var protectedTiers = []string{"default", "kube-admin", "kube-baseline"}
+// protectedTiers are the tiers Calico creates itself on every datastore
+// (calico-node's start-up, calicoctl's first write), so they do not make a
+// target non-empty.
+var protectedTiers = []string{"default", api.AdminNetworkPolicyTierName, api.BaselineAdminNetworkPolicyTierName}
 
 // Names of policies that mirror Kubernetes objects: they are never
 // exported (the controllers or the Kubernetes datastore make them again
@@ -129,15 +129,24 @@ func (f *migrationFile) write(w io.Writer) error {
 // the renames for IPAM's data.
 func exportLists(src string, lists []kindList) ([]kindList, map[string]string, error) {
 	renames := map[string]string{}
+	if src != datastore.TypeKubernetes {
+		for _, l := range lists {
+			for _, o := range l.items {
+				if n, ok := o.(*api.Node); ok {
+					k8sName, err := k8sNodeName(n)
+					if err != nil {
+						return nil, nil, err
+					}
+					renames[n.Name] = k8sName
+				}
+			}
+		}
+	}
 	out := make([]kindList, 0, len(lists))
 	for _, l := range lists {
 		kept := make([]api.Object, 0, len(l.items))
 		for _, o := range l.items {
-			keep, err := exportObject(src, o, renames)
-			if err != nil {
-				return nil, nil, err
-			}
-			if keep {
+			if exportObject(src, o, renames) {
 				kept = append(kept, o)
 			}
 		}
@@ -146,51 +155,67 @@ func exportLists(src string, lists []kindList) ([]kindList, map[string]string, e
 	return out, renames, nil
 }
 
+// k8sNodeName is the name of n's Kubernetes node: its "k8s" orchRef.
+func k8sNodeName(n *api.Node) (string, error) {
+	name := ""
+	for _, ref := range n.Spec.OrchRefs {
+		if ref.Orchestrator == api.OrchestratorKubernetes {
+			name = ref.NodeName
+		}
+	}
+	if name == "" {
+		return "", fmt.Errorf("node %s missing a 'k8s' orchestrator reference. Unable to export data unless every node has a 'k8s' orchestrator reference", n.Name)
+	}
+	return name, nil
+}
+
 // exportObject cleans o in place and says whether it belongs in the file.
-// Lists are processed in migrationKinds order, so renames holds every
-// Node's rename before the configurations named after nodes.
-func exportObject(src string, o api.Object, renames map[string]string) (bool, error) {
+// renames holds every Node's rename (etcd name → Kubernetes name); what
+// names a node follows it: the Node, node.<name> configurations and,
+// beyond calicoctl (which leaves them pointing at a name that no longer
+// exists), host endpoints and node-specific BGP peers.
+func exportObject(src string, o api.Object, renames map[string]string) bool {
 	m := o.Meta()
 	m.UID, m.ResourceVersion, m.CreationTimestamp = "", "", ""
 	m.DeletionTimestamp, m.DeletionGracePeriodSeconds = "", nil
 	m.SelfLink, m.Generation, m.ManagedFields = "", 0, nil
 	switch o := o.(type) {
 	case *api.NetworkPolicy:
-		return !strings.HasPrefix(o.Name, k8sPolicyPrefix), nil
+		return !strings.HasPrefix(o.Name, k8sPolicyPrefix)
 	case *api.GlobalNetworkPolicy:
-		return !strings.HasPrefix(o.Name, k8sAdminPolicyPrefix) && !strings.HasPrefix(o.Name, k8sBaselinePolicyPrefix), nil
+		return !strings.HasPrefix(o.Name, k8sAdminPolicyPrefix) && !strings.HasPrefix(o.Name, k8sBaselinePolicyPrefix)
 	case *api.Node:
 		if src == datastore.TypeKubernetes {
 			delete(o.Annotations, kubeLabelsAnnotation)
 			if len(o.Annotations) == 0 {
 				o.Annotations = nil
 			}
-			return true, nil
+			return true
 		}
-		k8sName := ""
-		for _, ref := range o.Spec.OrchRefs {
-			if ref.Orchestrator == api.OrchestratorKubernetes {
-				k8sName = ref.NodeName
-			}
+		if n, ok := renames[o.Name]; ok {
+			o.Name = n
 		}
-		if k8sName == "" {
-			return false, fmt.Errorf("node %s missing a 'k8s' orchestrator reference. Unable to export data unless every node has a 'k8s' orchestrator reference", o.Name)
+	case *api.HostEndpoint:
+		if n, ok := renames[o.Spec.Node]; ok {
+			o.Spec.Node = n
 		}
-		renames[o.Name] = k8sName
-		o.Name = k8sName
+	case *api.BGPPeer:
+		if n, ok := renames[o.Spec.Node]; ok {
+			o.Spec.Node = n
+		}
 	case *api.FelixConfiguration:
 		o.Name = renamedNodeConfig(o.Name, renames)
 		titleIptablesActions(&o.Spec)
 	case *api.BGPConfiguration:
 		o.Name = renamedNodeConfig(o.Name, renames)
 	case *api.Profile:
-		return o.Name != defaultAllowProfile, nil
+		return o.Name != defaultAllowProfile
 	case *api.WorkloadEndpoint:
 		// A finished pod's endpoint has no addresses; on etcd the CNI
 		// plugin's DEL would have removed it.
-		return len(o.Spec.IPNetworks) > 0, nil
+		return len(o.Spec.IPNetworks) > 0
 	}
-	return true, nil
+	return true
 }
 
 func renamedNodeConfig(name string, renames map[string]string) string {
@@ -227,7 +252,11 @@ func parseMigrationFile(name string, data []byte) (*parsedMigration, error) {
 		return nil, fmt.Errorf("imported file: %s is improperly formatted (want the resources, the ClusterInformation and the IPAM data separated by \"===\" lines). Try recreating with 'calicoctl datastore migrate export'", name)
 	}
 	out := &parsedMigration{}
-	docs, err := api.Decode(parts[0])
+	resources, err := dropUnsupportedLists(parts[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	docs, err := api.Decode(resources)
 	if err != nil {
 		return nil, fmt.Errorf("%s: resources: %w", name, err)
 	}
@@ -246,6 +275,33 @@ func parseMigrationFile(name string, data []byte) (*parsedMigration, error) {
 		}
 	}
 	return out, nil
+}
+
+// unsupportedLists are the sections of calicoctl's export for Calico kinds
+// this project does not have. Empty, as they are in most clusters, they
+// are dropped; with items, the import is refused rather than losing them.
+var unsupportedLists = []string{
+	"StagedGlobalNetworkPolicyList", "StagedNetworkPolicyList", "StagedKubernetesNetworkPolicyList", "BGPFilterList",
+}
+
+// dropUnsupportedLists removes the empty sections of unsupportedLists
+// from the resources part (YAML documents separated by "---" lines).
+func dropUnsupportedLists(data []byte) ([]byte, error) {
+	var kept [][]byte
+	for _, chunk := range bytes.Split(data, []byte("\n---\n")) {
+		var head struct {
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if yaml.Unmarshal(chunk, &head) == nil && slices.Contains(unsupportedLists, head.Kind) {
+			if len(head.Items) > 0 {
+				return nil, fmt.Errorf("the export holds %d %s items: calico-node has no %s kind, so they cannot be imported", len(head.Items), head.Kind, strings.TrimSuffix(head.Kind, "List"))
+			}
+			continue
+		}
+		kept = append(kept, chunk)
+	}
+	return bytes.Join(kept, []byte("\n---\n")), nil
 }
 
 // occupying says whether an object found in an import's target is user
