@@ -191,7 +191,7 @@ func TestMigrationFileLayout(t *testing.T) {
 	pool := obj(t, "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.65.0.0/16, blockSize: 26}\n")
 	pool.Default()
 	f := &migrationFile{
-		lists: []kindList{{kind: "IPPool", revision: 42, items: []api.Object{pool}}, {kind: "BGPPeer", revision: 42}},
+		lists:       []kindList{{kind: "IPPool", revision: 42, items: []api.Object{pool}}, {kind: "BGPPeer", revision: 42}},
 		clusterInfo: ci,
 		ipam: &ipam.Export{
 			BlockAffinities: []ipam.ExportKV{{Key: "/calico/ipam/v2/host/n1/ipv4/block/10.65.0.0-26", Value: json.RawMessage(`{"state":"confirmed","deleted":false}`)}},
