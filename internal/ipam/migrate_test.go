@@ -1,15 +1,19 @@
 package ipam_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
 
@@ -18,9 +22,9 @@ import (
 // one: every handle keeps its addresses, the renamed node owns its blocks
 // and tunnel address, and new allocations never reuse an address.
 func TestExportImportRenamesNodes(t *testing.T) {
-	src := newFixture(t, etcdtest.Start)
-	dst := newFixture(t, etcdtest.Start)
-	for _, f := range []*fixture{src, dst} {
+	src := newMigrateSide(t)
+	dst := newMigrateSide(t)
+	for _, f := range []*migrateSide{src, dst} {
 		f.create(t, ippool("pool", "10.70.0.0/24", 28))
 	}
 	src.create(t, node("etcd-a", nil), node("b", nil))
@@ -35,7 +39,7 @@ func TestExportImportRenamesNodes(t *testing.T) {
 		pods[h] = v4[0].Addr()
 	}
 	tunnel := src.assign4(t, "etcd-a", "vxlan-tunnel-addr-etcd-a")
-	untouchedBlock := src.raw(t, ipam.BlockKey(mustPrefix(src.lookup(t, pods["k8s-pod-network.c2"]).Block.String())))
+	untouchedBlock := src.raw(t, ipam.BlockKey(src.lookup(t, pods["k8s-pod-network.c2"]).Block))
 
 	e, err := ipam.ReadExport(src.ctx, src.store.IPAM())
 	if err != nil {
@@ -97,7 +101,47 @@ func TestExportImportRenamesNodes(t *testing.T) {
 	}
 }
 
-func (f *fixture) lookup(t testing.TB, ip netip.Addr) ipam.Holder {
+// migrateSide is one etcd with its store and IPAM client; the scenario
+// reads and writes IPAM's keys through the store's own datastore.KV, as
+// the migration does.
+type migrateSide struct {
+	ctx   context.Context
+	store datastore.Store
+	c     *ipam.Client
+}
+
+func newMigrateSide(t *testing.T) *migrateSide {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
+	if err != nil {
+		t.Fatalf("open datastore: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return &migrateSide{ctx: ctx, store: store, c: ipam.New(store.IPAM(), store, nil)}
+}
+
+func (f *migrateSide) create(t testing.TB, objs ...api.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if _, err := f.store.Create(f.ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.Type().Kind, o.Meta().Name, err)
+		}
+	}
+}
+
+func (f *migrateSide) assign4(t testing.TB, n, handle string) netip.Addr {
+	t.Helper()
+	v4, _, err := f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: n})
+	if err != nil || len(v4) != 1 {
+		t.Fatalf("AutoAssign(%s on %s) = %v, %v", handle, n, v4, err)
+	}
+	return v4[0].Addr()
+}
+
+func (f *migrateSide) lookup(t testing.TB, ip netip.Addr) ipam.Holder {
 	t.Helper()
 	h, err := f.c.Lookup(f.ctx, ip)
 	if err != nil {
@@ -106,10 +150,33 @@ func (f *fixture) lookup(t testing.TB, ip netip.Addr) ipam.Holder {
 	return h
 }
 
+// raw is a key's value, "" if absent.
+func (f *migrateSide) raw(t testing.TB, key string) string {
+	t.Helper()
+	kvs, err := f.store.IPAM().Get(f.ctx, key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return string(kvs[0].Value)
+}
+
+func (f *migrateSide) keys(t testing.TB, prefix string) []string {
+	t.Helper()
+	kvs, _, err := f.store.IPAM().List(f.ctx, prefix, true)
+	if err != nil {
+		t.Fatalf("list %s: %v", prefix, err)
+	}
+	var out []string
+	for _, kv := range kvs {
+		out = append(out, kv.Key)
+	}
+	return out
+}
+
 // TestImportChecksEverythingFirst: an entry that does not parse writes
 // nothing; a key that exists is reported and the others are written.
 func TestImportChecksEverythingFirst(t *testing.T) {
-	f := newFixture(t, etcdtest.Start)
+	f := newMigrateSide(t)
 	good := ipam.ExportKV{Key: "/calico/ipam/v2/handle/h1", Value: json.RawMessage(`{"block":{"10.0.0.0/26":1},"deleted":false}`)}
 	tests := []struct {
 		name string
@@ -133,7 +200,9 @@ func TestImportChecksEverythingFirst(t *testing.T) {
 		})
 	}
 
-	f.put(t, good.Key, `{"block":{},"deleted":false}`)
+	if res, err := f.store.IPAM().Txn(f.ctx, datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpPut, Key: good.Key, Value: []byte(`{"block":{},"deleted":false}`)}}}); err != nil || !res.Succeeded {
+		t.Fatal(err)
+	}
 	e := ipam.Export{Handles: []ipam.ExportKV{good, {Key: "/calico/ipam/v2/handle/h2", Value: good.Value}}}
 	n, err := e.Import(f.ctx, f.store.IPAM())
 	if n != 1 || !errors.Is(err, datastore.ErrAlreadyExists) {
