@@ -415,8 +415,10 @@ var userKinds = []string{"IPPool", "IPReservation", "BGPPeer", "Tier", "GlobalNe
 
 // resources lists userKinds, renamed (for comparison) as the migration
 // renames nodes, leaving out what the target makes itself (the tiers
-// Calico creates, mirrors of Kubernetes policies).
-func (s *side) resources(renames map[string]string) map[string]string {
+// Calico creates, mirrors of Kubernetes policies). With schemaDefaults the
+// defaults Calico's CRD schemas give a custom resource are filled in, as
+// the Kubernetes API server fills them in on import.
+func (s *side) resources(renames map[string]string, schemaDefaults bool) map[string]string {
 	s.t.Helper()
 	out := map[string]string{}
 	for _, kind := range userKinds {
@@ -443,11 +445,21 @@ func (s *side) resources(renames map[string]string) map[string]string {
 				if n, ok := renames[o.Spec.Node]; ok {
 					o.Spec.Node = n
 				}
-			case *api.FelixConfiguration, *api.BGPConfiguration:
+			case *api.FelixConfiguration:
 				if node, ok := strings.CutPrefix(m.Name, "node."); ok {
 					if n, ok := renames[node]; ok {
 						m.Name = "node." + n
 					}
+				}
+			case *api.BGPConfiguration:
+				if node, ok := strings.CutPrefix(m.Name, "node."); ok {
+					if n, ok := renames[node]; ok {
+						m.Name = "node." + n
+					}
+				}
+				if schemaDefaults && o.Spec.ServiceLoadBalancerAggregation == nil {
+					enabled := api.ServiceLoadBalancerAggregationEnabled
+					o.Spec.ServiceLoadBalancerAggregation = &enabled
 				}
 			}
 			out[kind+" "+m.Namespace+"/"+m.Name] = comparable(s.t, o)
@@ -587,7 +599,6 @@ func TestMigrateEtcdToKubernetesAndBack(t *testing.T) {
 	out := dst.ok("", "datastore", "migrate", "import", "-f", file)
 	for _, want := range []string{
 		"[WARNING] Attempted to import node gone-node",
-		"Skipped 1 NetworkPolicy resource(s)",
 		"Successfully applied",
 		"IPAM resource(s)\n",
 		"Datastore information successfully imported.",
@@ -615,7 +626,7 @@ func TestMigrateEtcdToKubernetesAndBack(t *testing.T) {
 	for _, n := range clusterNodes {
 		renames[n.etcdName] = n.k8sName
 	}
-	diffResources(t, "etcd → kubernetes", src.resources(renames), dst.resources(nil))
+	diffResources(t, "etcd → kubernetes", src.resources(renames, true), dst.resources(nil, false))
 	for _, n := range clusterNodes {
 		if got, want := dst.nodeData(n.k8sName), src.nodeData(n.etcdName); got != want {
 			t.Errorf("node %s on KDD: %s, want %s", n.k8sName, got, want)
@@ -664,7 +675,7 @@ func TestMigrateEtcdToKubernetesAndBack(t *testing.T) {
 	if etcd2.locked() || etcd2.clusterInfo().Spec.ClusterGUID != guid {
 		t.Errorf("etcd ClusterInformation after the way back: %+v", etcd2.clusterInfo().Spec)
 	}
-	diffResources(t, "kubernetes → etcd", dst.resources(nil), etcd2.resources(nil))
+	diffResources(t, "kubernetes → etcd", dst.resources(nil, false), etcd2.resources(nil, false))
 	for _, n := range clusterNodes {
 		if got, want := etcd2.nodeData(n.k8sName), dst.nodeData(n.k8sName); got != want {
 			t.Errorf("node %s back on etcd: %s, want %s", n.k8sName, got, want)
