@@ -12,6 +12,12 @@
 // a *session (resolved config, open store, output writers) so the same code
 // serves `calicoctl ...` and `calico-node ctl ...`.
 //
+// `datastore migrate lock|export|import|unlock` move a cluster between
+// etcd and the Kubernetes datastore in either direction, with calicoctl's
+// file format (migratefile.go): the v3 resources as one <Kind>List per
+// kind, "===", the ClusterInformation as JSON, "===", IPAM's keys and
+// values as JSON (ipam.Export).
+//
 // Connection settings, lowest to highest precedence: the built-in default
 // (http://127.0.0.1:2379), the client config file (/etc/calico/calicoctl.cfg
 // or --config; v3 CalicoAPIConfig or the v1 calicoApiConfig form), the
