@@ -155,12 +155,16 @@ func cmdMigrateImport(s *session, filename string) error {
 	if err != nil {
 		return fmt.Errorf("error while reading migration file: %w", err)
 	}
-	if err := checkEmpty(s.ctx, s.store); err != nil {
+	found, err := findExisting(s.ctx, s.store)
+	if err != nil {
+		return fmt.Errorf("check that the datastore is empty: %w", err)
+	}
+	if found != "" {
 		how := "delete every Calico custom resource (or the Calico CRDs and apply deploy/crds.yaml again)"
 		if s.store.Type() == datastore.TypeEtcd {
 			how = "delete every key under /calico/ in etcd"
 		}
-		return fmt.Errorf("datastore already has Calico resources: %w. Clear out all Calico resources first: %s", err, how)
+		return fmt.Errorf("datastore already has Calico resources: found existing %s. Clear out all Calico resources first: %s", found, how)
 	}
 	if err := ensureClusterInfo(s.ctx, s.store); err != nil {
 		return fmt.Errorf("unable to initialize cluster information for the datastore migration: %w", err)
@@ -233,34 +237,34 @@ func (s *session) importResources(objs []api.Object) error {
 	return nil
 }
 
-// checkEmpty returns an error naming the first Calico resource or IPAM key
-// the target already holds. Nodes are not looked at (on the Kubernetes
+// findExisting names the first Calico resource or IPAM key the target
+// already holds ("" if none). Nodes are not looked at (on the Kubernetes
 // datastore they are the cluster's Kubernetes Nodes), nor is the
 // ClusterInformation (it carries no user data and the import overwrites
 // its identity).
-func checkEmpty(ctx context.Context, store datastore.Store) error {
+func findExisting(ctx context.Context, store datastore.Store) (string, error) {
 	for _, kind := range migrationKinds {
 		if kind == "Node" {
 			continue
 		}
 		objs, _, err := store.List(ctx, kind, "")
 		if err != nil {
-			return fmt.Errorf("failed to retrieve %s resources during datastore check: %w", kind, err)
+			return "", fmt.Errorf("list %s: %w", kind, err)
 		}
 		for _, o := range objs {
 			if occupying(o) {
-				return fmt.Errorf("found existing Calico %s resource %s", kind, o.Meta().Name)
+				return fmt.Sprintf("Calico %s resource %s", kind, o.Meta().Name), nil
 			}
 		}
 	}
 	kvs, _, err := store.IPAM().List(ctx, ipam.Prefix, true)
 	if err != nil {
-		return fmt.Errorf("failed to retrieve IPAM resources during datastore check: %w", err)
+		return "", fmt.Errorf("list IPAM data: %w", err)
 	}
 	if len(kvs) > 0 {
-		return fmt.Errorf("found existing IPAM resources (%s)", kvs[0].Key)
+		return fmt.Sprintf("IPAM resources (%s)", kvs[0].Key), nil
 	}
-	return nil
+	return "", nil
 }
 
 // getClusterInfo reads the ClusterInformation "default".
