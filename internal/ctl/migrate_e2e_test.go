@@ -694,50 +694,77 @@ func TestMigrateEtcdToKubernetesAndBack(t *testing.T) {
 }
 
 // TestMigrateImportCalicoctlExport imports the file real calicoctl
-// v3.31 writes into a fresh etcd: every resource, the cluster's identity
-// and the pods' addresses arrive.
+// v3.31 writes (from an etcd cluster) into a fresh Kubernetes datastore,
+// as Calico's guide does, and into a fresh etcd: every resource, the
+// cluster's identity and the pods' addresses arrive.
 func TestMigrateImportCalicoctlExport(t *testing.T) {
 	bin := filepath.Join(testbin.Dir(t), "calicoctl")
-	s := etcdSide(t, bin)
 	data, err := os.ReadFile(filepath.Join("testdata", "migrate", "calicoctl-v3.31.export"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := s.ok(string(data), "datastore", "migrate", "import", "-f", "-")
-	if !strings.Contains(out, "Successfully applied 17 resource(s)") || !strings.Contains(out, "Successfully applied 8 IPAM resource(s)") {
-		t.Errorf("import output:\n%s", out)
+	targets := []struct {
+		name string
+		open func(t *testing.T) *side
+	}{
+		{"etcd", func(t *testing.T) *side { return etcdSide(t, bin) }},
+		{"kubernetes", func(t *testing.T) *side {
+			if testing.Short() {
+				t.Skip("-short: starts kube-apiserver")
+			}
+			s, c := kddSide(t, bin)
+			for _, n := range []string{"node-1", "node-2"} {
+				if _, err := c.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return s
+		}},
 	}
-	ci := s.clusterInfo()
-	if ci.Spec.ClusterGUID != "2f0a5c9d8e7b4a6c9d1e3f5a7b9c1d3e" || ci.Spec.CalicoVersion != "v3.31.0" || !s.locked() {
-		t.Errorf("ClusterInformation: %+v", ci.Spec)
-	}
-	for _, want := range []string{"GlobalNetworkPolicy security.block-bad", "GlobalNetworkPolicy allow-dns", "NetworkPolicy allow-web", "FelixConfiguration node.node-1", "BGPPeer tor-a"} {
-		f := strings.Fields(want)
-		ns := ""
-		if f[0] == "NetworkPolicy" {
-			ns = "shop"
-		}
-		if _, err := s.store.Get(s.ctx, f[0], ns, f[1]); err != nil {
-			t.Errorf("%s: %v", want, err)
-		}
-	}
-	for ip, want := range map[string]string{
-		"192.168.10.1":  "k8s-pod-network.0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
-		"192.168.20.64": "k8s-pod-network.1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a",
-		"192.168.10.0":  "ipip-tunnel-addr-node-1",
-	} {
-		h, err := s.ipam.Lookup(s.ctx, netip.MustParseAddr(ip))
-		if err != nil || h.Handle != want {
-			t.Errorf("%s held by %+v (%v), want %s", ip, h, err, want)
-		}
-	}
-	if cfg, err := s.ipam.Config(s.ctx); err != nil || !cfg.AutoAllocateBlocks || cfg.StrictAffinity {
-		t.Errorf("IPAM config %+v %v", cfg, err)
-	}
-	// A new allocation on node-1 continues in its block without reuse.
-	v4, _, err := s.ipam.AutoAssign(s.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "new", Node: "node-1"})
-	if err != nil || v4[0].Addr().String() != "192.168.10.2" {
-		t.Errorf("next address on node-1: %v %v, want 192.168.10.2", v4, err)
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.open(t)
+			out := s.ok(string(data), "datastore", "migrate", "import", "-f", "-")
+			if !strings.Contains(out, "Successfully applied 17 resource(s)") || !strings.Contains(out, "Successfully applied 8 IPAM resource(s)") {
+				t.Errorf("import output:\n%s", out)
+			}
+			ci := s.clusterInfo()
+			if ci.Spec.ClusterGUID != "2f0a5c9d8e7b4a6c9d1e3f5a7b9c1d3e" || ci.Spec.CalicoVersion != "v3.31.0" || !s.locked() {
+				t.Errorf("ClusterInformation: %+v", ci.Spec)
+			}
+			for _, want := range []string{"GlobalNetworkPolicy security.block-bad", "GlobalNetworkPolicy allow-dns", "NetworkPolicy allow-web",
+				"FelixConfiguration node.node-1", "BGPPeer tor-a", "NetworkSet partners", "GlobalNetworkSet bad-nets", "Tier security"} {
+				f := strings.Fields(want)
+				ns := ""
+				if f[0] == "NetworkPolicy" || f[0] == "NetworkSet" {
+					ns = "shop"
+				}
+				if _, err := s.store.Get(s.ctx, f[0], ns, f[1]); err != nil {
+					t.Errorf("%s: %v", want, err)
+				}
+			}
+			if got := s.nodeData("node-1"); !strings.Contains(got, `"asNumber":64601`) || !strings.Contains(got, `"ipv4IPIPTunnelAddr":"192.168.10.0"`) || !strings.Contains(got, `"rack":"r1"`) {
+				t.Errorf("node-1: %s", got)
+			}
+			for ip, want := range map[string]string{
+				"192.168.10.1":  "k8s-pod-network.0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
+				"192.168.20.64": "k8s-pod-network.1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a",
+				"192.168.10.0":  "ipip-tunnel-addr-node-1",
+			} {
+				h, err := s.ipam.Lookup(s.ctx, netip.MustParseAddr(ip))
+				if err != nil || h.Handle != want {
+					t.Errorf("%s held by %+v (%v), want %s", ip, h, err, want)
+				}
+			}
+			if cfg, err := s.ipam.Config(s.ctx); err != nil || !cfg.AutoAllocateBlocks || cfg.StrictAffinity {
+				t.Errorf("IPAM config %+v %v", cfg, err)
+			}
+			// A new allocation on node-1 continues in its block without reuse.
+			v4, _, err := s.ipam.AutoAssign(s.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "new", Node: "node-1"})
+			if err != nil || v4[0].Addr().String() != "192.168.10.2" {
+				t.Errorf("next address on node-1: %v %v, want 192.168.10.2", v4, err)
+			}
+		})
 	}
 }
 
