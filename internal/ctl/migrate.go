@@ -223,6 +223,9 @@ func (s *session) importResources(objs []api.Object) error {
 			applied = append(applied, o)
 		case kdd && kind == "Node" && (errors.Is(err, datastore.ErrNotSupported) || errors.Is(err, datastore.ErrNotFound)):
 			fmt.Fprintf(s.out, "[WARNING] Attempted to import node %s that references a nonexistent Kubernetes node. Skipping that node. Non-Kubernetes nodes are not supported in the Kubernetes datastore and will be skipped.\n", o.Meta().Name)
+		case kdd && o.Meta().Namespace != "" && errors.Is(err, datastore.ErrNotFound):
+			// The API server refuses an object in a namespace it does not have.
+			failed = append(failed, fmt.Sprintf("%v (does the Kubernetes namespace %s exist?)", err, o.Meta().Namespace))
 		default:
 			failed = append(failed, err.Error())
 		}

@@ -713,6 +713,7 @@ func TestMigrateImportCalicoctlExport(t *testing.T) {
 				t.Skip("-short: starts kube-apiserver")
 			}
 			s, c := kddSide(t, bin)
+			c.CreateNamespace(t, "shop", nil)
 			for _, n := range []string{"node-1", "node-2"} {
 				if _, err := c.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
