@@ -217,6 +217,14 @@ func (s *session) importResources(objs []api.Object) error {
 			skipped[kind]++
 			continue
 		}
+		if kcc, ok := o.(*api.KubeControllersConfiguration); ok && kdd {
+			if n := kcc.Spec.Controllers.Node; n != nil && n.SyncLabels == "Disabled" {
+				// Refused on the Kubernetes datastore, where a Calico
+				// Node's labels are its Kubernetes Node's anyway.
+				n.SyncLabels = "Enabled"
+				fmt.Fprintf(s.out, "KubeControllersConfiguration %s: node syncLabels Disabled becomes Enabled (Calico Nodes take their labels from Kubernetes Nodes on this datastore)\n", kcc.Name)
+			}
+		}
 		_, err := s.store.Apply(s.ctx, o)
 		switch {
 		case err == nil:
