@@ -260,7 +260,7 @@ kind: KubeControllersConfiguration
 metadata: {name: default}
 spec:
   controllers:
-    node: {syncLabels: Enabled, leakGracePeriod: 15m}
+    node: {syncLabels: Disabled, leakGracePeriod: 15m}
     policy: {reconcilerPeriod: 5m}
 `
 
@@ -415,10 +415,11 @@ var userKinds = []string{"IPPool", "IPReservation", "BGPPeer", "Tier", "GlobalNe
 
 // resources lists userKinds, renamed (for comparison) as the migration
 // renames nodes, leaving out what the target makes itself (the tiers
-// Calico creates, mirrors of Kubernetes policies). With schemaDefaults the
+// Calico creates, mirrors of Kubernetes policies). With forKDD the
 // defaults Calico's CRD schemas give a custom resource are filled in, as
-// the Kubernetes API server fills them in on import.
-func (s *side) resources(renames map[string]string, schemaDefaults bool) map[string]string {
+// the Kubernetes API server fills them in on import, and the node
+// controller's syncLabels is Enabled, as the import makes it.
+func (s *side) resources(renames map[string]string, forKDD bool) map[string]string {
 	s.t.Helper()
 	out := map[string]string{}
 	for _, kind := range userKinds {
@@ -451,13 +452,17 @@ func (s *side) resources(renames map[string]string, schemaDefaults bool) map[str
 						m.Name = "node." + n
 					}
 				}
+			case *api.KubeControllersConfiguration:
+				if n := o.Spec.Controllers.Node; forKDD && n != nil && n.SyncLabels == "Disabled" {
+					n.SyncLabels = "Enabled"
+				}
 			case *api.BGPConfiguration:
 				if node, ok := strings.CutPrefix(m.Name, "node."); ok {
 					if n, ok := renames[node]; ok {
 						m.Name = "node." + n
 					}
 				}
-				if schemaDefaults && o.Spec.ServiceLoadBalancerAggregation == nil {
+				if forKDD && o.Spec.ServiceLoadBalancerAggregation == nil {
 					enabled := api.ServiceLoadBalancerAggregationEnabled
 					o.Spec.ServiceLoadBalancerAggregation = &enabled
 				}
@@ -599,6 +604,7 @@ func TestMigrateEtcdToKubernetesAndBack(t *testing.T) {
 	out := dst.ok("", "datastore", "migrate", "import", "-f", file)
 	for _, want := range []string{
 		"[WARNING] Attempted to import node gone-node",
+		"KubeControllersConfiguration default: node syncLabels Disabled becomes Enabled",
 		"Successfully applied",
 		"IPAM resource(s)\n",
 		"Datastore information successfully imported.",
