@@ -29,6 +29,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -74,6 +75,9 @@ func repoRoot() string { return testbin.RepoRoot() }
 type env struct {
 	t    testing.TB
 	etcd *etcdtest.Server
+	// kube is the API server of an env on the Kubernetes datastore
+	// (newKDDEnv); etcd is nil then.
+	kube *kubetest.Cluster
 	*conn
 	binDir   string
 	cacheDir string
@@ -186,17 +190,23 @@ func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 		"cniVersion":     cniVersion,
 		"name":           "k8s-pod-network",
 		"type":           "calico",
-		"etcd_endpoints": strings.Join(e.etcd.Endpoints, ","),
 		"nodename":       e.node,
 		"ipam_lock_file": e.lockFile,
 		"mtu":            1500,
 		"log_level":      "debug",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}
-	if e.etcd.CACertFile != "" {
-		c["etcd_ca_cert_file"] = e.etcd.CACertFile
-		c["etcd_cert_file"] = e.etcd.CertFile
-		c["etcd_key_file"] = e.etcd.KeyFile
+	switch {
+	case e.kube != nil:
+		c["datastore_type"] = datastore.TypeKubernetes
+		c["kubernetes"] = map[string]any{"kubeconfig": e.kube.Kubeconfig}
+	default:
+		c["etcd_endpoints"] = strings.Join(e.etcd.Endpoints, ",")
+		if e.etcd.CACertFile != "" {
+			c["etcd_ca_cert_file"] = e.etcd.CACertFile
+			c["etcd_cert_file"] = e.etcd.CertFile
+			c["etcd_key_file"] = e.etcd.KeyFile
+		}
 	}
 	for k, v := range extra {
 		if v == nil {

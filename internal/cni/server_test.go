@@ -24,6 +24,16 @@ import (
 // runs at it.
 func startServer(t testing.TB) *cni.Server {
 	t.Helper()
+	srv, sock := startServerAt(t)
+	t.Setenv(cnientry.SocketEnv, sock)
+	return srv
+}
+
+// startServerAt runs an agent's CNI server in this process and returns it
+// and its socket, for plugins pointed at it one by one (one server per
+// simulated node).
+func startServerAt(t testing.TB) (*cni.Server, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "cnisrv") // short: unix socket paths are limited
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +59,7 @@ func startServer(t testing.TB) *cni.Server {
 			t.Fatal("server did not listen")
 		}
 	}
-	t.Setenv(cnientry.SocketEnv, sock)
-	return srv
+	return srv, sock
 }
 
 // TestAgentServesForwardedCommands: with an agent listening, ADD, CHECK

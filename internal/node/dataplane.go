@@ -11,6 +11,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/overlay"
 	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
 )
 
@@ -46,14 +47,33 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	dp.blackholes = agent.NewBlackholes(node, blocks, a.routes, b.log)
 	dp.blackholes.Gate = dp.ready
 
+	// The host's iptables flavour, not the image's default: in the
+	// calico-node container `iptables` is the image's (xtables.DetectMode).
 	runner := xtables.ExecRunner{}
-	b4, err := xtables.Detect(ctx, runner, 4)
+	want := ""
+	if felixEnv != nil && felixEnv.IptablesBackend != nil {
+		switch *felixEnv.IptablesBackend {
+		case api.IptablesBackendLegacy:
+			want = "legacy"
+		case api.IptablesBackendNFTables:
+			want = "nft"
+		}
+	}
+	mode, err := xtables.DetectMode(ctx, runner, want)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: %w", err)
 	}
+	have := func(be xtables.Backend) error {
+		_, err := runner.Run(ctx, be.Save, []string{"--version"}, "")
+		return err
+	}
+	b4, b6 := xtables.BackendFor(mode, 4), xtables.BackendFor(mode, 6)
+	if err := have(b4); err != nil {
+		return nil, fmt.Errorf("dataplane: %w (is the iptables package installed?)", err)
+	}
 	metrics := xtables.NewMetrics(b.reg)
 	var v6 agent.Applier
-	if b6, err := xtables.Detect(ctx, runner, 6); err == nil {
+	if err := have(b6); err == nil {
 		v6 = xtablesApplier{xtables.New(b6, runner, metrics, b.log)}
 	} else {
 		b.log.Warn("no ip6tables: IPv6 policy is not programmed", "err", err)

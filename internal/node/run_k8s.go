@@ -174,6 +174,7 @@ func (b *builder) kube(a *actors) error {
 			Identity:       b.cfg.node.NodeName,
 			Logger:         b.log,
 			Registerer:     b.reg,
+			Datastore:      b.cfg.datastore.EffectiveType(),
 		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
 		if err != nil {
 			return err

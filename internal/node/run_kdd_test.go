@@ -40,7 +40,8 @@ func TestRunKubernetesDatastore(t *testing.T) {
 	defer cancel()
 	dataDir := t.TempDir()
 	a := startAgent(t, []string{"--data-dir", dataDir, "--cni-socket", "none"},
-		"DATASTORE_TYPE=kubernetes", "KUBECONFIG="+c.Kubeconfig, "NODENAME=kdd-node-1", "IP=198.51.100.9/24")
+		"DATASTORE_TYPE=kubernetes", "KUBECONFIG="+c.Kubeconfig, "NODENAME=kdd-node-1", "IP=198.51.100.9/24",
+		"ENABLED_CONTROLLERS=policy,node")
 
 	// Start-up waits: kubelet has not registered the node yet.
 	a.WaitFor(t, 30*time.Second, "start-up waiting for the Kubernetes Node", func() bool {
@@ -51,6 +52,16 @@ func TestRunKubernetesDatastore(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitReady(t)
+	// Of the controllers an etcd manifest may name, those with nothing to
+	// do on KDD are left out with a warning; the node controller runs.
+	for _, want := range []string{"controller does not apply to the Kubernetes datastore", "controller=policy"} {
+		if !strings.Contains(a.logs.String(), want) {
+			t.Errorf("agent log lacks %q", want)
+		}
+	}
+	a.WaitFor(t, 30*time.Second, "the node controller standing for election alone", func() bool {
+		return strings.Contains(a.logs.String(), `msg="kube-controllers standing for election" component=kube-controllers controllers=[node] `)
+	})
 
 	k8sNode, err := c.Client.CoreV1().Nodes().Get(ctx, "kdd-node-1", metav1.GetOptions{})
 	if err != nil {

@@ -75,6 +75,21 @@ type Option func(*options)
 type options struct {
 	noKCM        bool
 	apiserverArg []string
+	controllers  []string
+	scheduler    bool
+}
+
+// WithControllers runs these kube-controller-manager controllers besides
+// the default ones, e.g. "daemonset-controller" for a DaemonSet to get its
+// pods.
+func WithControllers(names ...string) Option {
+	return func(o *options) { o.controllers = append(o.controllers, names...) }
+}
+
+// WithScheduler runs kube-scheduler, which binds pods created without a
+// nodeName (a DaemonSet's, a Deployment's) to a node.
+func WithScheduler() Option {
+	return func(o *options) { o.scheduler = true }
 }
 
 // WithAPIServerArgs adds command-line flags to kube-apiserver, e.g. the
@@ -167,7 +182,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 			"--bind-address=127.0.0.1",
 			"--secure-port=0",
 			"--leader-elect=false",
-			"--controllers="+kcmControllers,
+			"--controllers="+strings.Join(append([]string{kcmControllers}, o.controllers...), ","),
 			"--use-service-account-credentials=true",
 			"--root-ca-file="+p.caCert,
 			"--service-account-private-key-file="+p.saKey,
@@ -180,6 +195,23 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		if err := c.waitServiceAccount(context.Background(), "default", "default", readyTimeout, kcm); err != nil {
 			t.Fatalf("kubetest: %v; kube-controller-manager log %s:\n%s", err, kcm.logPath, kcm.logTail())
 		}
+	}
+	if o.scheduler {
+		// As admin: the scheduler's own identity would need its own
+		// certificate and nothing here tests its RBAC.
+		sched, err := startProcess(bins.Scheduler, dir, "kube-scheduler",
+			"--kubeconfig="+c.Kubeconfig,
+			"--authentication-kubeconfig="+c.Kubeconfig,
+			"--authorization-kubeconfig="+c.Kubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port=0",
+			"--leader-elect=false",
+			"--v=1",
+		)
+		if err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		t.Cleanup(sched.stop)
 	}
 	return c
 }

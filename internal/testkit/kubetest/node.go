@@ -58,6 +58,17 @@ type Node struct {
 	cgroup  string
 }
 
+// NodeOption changes what StartNode runs.
+type NodeOption func(*Node)
+
+// WithCNIDirs makes containerd take CNI plugins from binDir and the
+// conflist from confDir, e.g. the standard /opt/cni/bin and /etc/cni/net.d
+// that a CNI DaemonSet's hostPath volumes name (made private to the test
+// with PrivateHostDirs).
+func WithCNIDirs(binDir, confDir string) NodeOption {
+	return func(n *Node) { n.CNIBinDir, n.CNIConfDir = binDir, confDir }
+}
+
 // StartNode runs containerd (Debian's, with its CRI plugin, and runc) and
 // kubelet Version as node NodeName of c, in the caller's network
 // namespace, and waits until kubelet has registered the Node. That
@@ -69,7 +80,7 @@ type Node struct {
 // every pod (kubelet runs CNI DEL), stops both by PID, kills what they
 // left, unmounts, and restores the iptables chains and sysctls kubelet
 // changed. c must have been started with WithAPIServerArgs(NodeAPIServerArgs()...).
-func StartNode(t testing.TB, c *Cluster) *Node {
+func StartNode(t testing.TB, c *Cluster, opts ...NodeOption) *Node {
 	t.Helper()
 	if os.Getenv("CALICO_KUBE_TESTS") == "skip" {
 		t.Skip("CALICO_KUBE_TESTS=skip: not running kubelet")
@@ -113,6 +124,9 @@ func StartNode(t testing.TB, c *Cluster) *Node {
 		KubeletLog: filepath.Join(dir, "kubelet.log"), ContainerdLog: filepath.Join(dir, "containerd.log"),
 	}
 	n.CRIEndpoint = "unix://" + n.sock
+	for _, o := range opts {
+		o(n)
+	}
 	base := takeBaseline()
 	var procs []*process
 	t.Cleanup(func() { n.stop(t, procs, base) })
@@ -298,6 +312,17 @@ func (n *Node) WaitReady(t testing.TB, timeout time.Duration) {
 			t.Fatalf("kubetest: node %s not Ready after %s: %v %+v", n.Name, timeout, err, node.Status.Conditions)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ImportImage imports an OCI image archive (package ociimage, `make
+// image`) into the node's containerd under the name it carries: kubelet
+// then runs it for a pod naming it with imagePullPolicy IfNotPresent or
+// Never, no registry asked.
+func (n *Node) ImportImage(t testing.TB, archive string) {
+	t.Helper()
+	if out, err := n.ctr("images", "import", archive); err != nil {
+		t.Fatalf("kubetest: import %s: %v\n%s", archive, err, out)
 	}
 }
 
