@@ -179,15 +179,23 @@ func TestInvalidFileWritesNothing(t *testing.T) {
 }
 
 // Every resource file from the seed documents applies, including the
-// calicoctl v1 ipPool and the crd.projectcalico.org/v1 List documents.
+// calicoctl v1 ipPool and the crd.projectcalico.org/v1 List documents;
+// the seed's ippool1 has the v1 pool's CIDR, so it is refused as Calico
+// refuses it, naming the pool it overlaps, and the rest is written.
 func TestSeedExamplesApply(t *testing.T) {
 	c := newCLI(t)
-	c.ok("apply", "-f", "testdata/examples")
+	stderr := c.fails("apply", "-f", "testdata/examples")
+	if want := "IPPool(ippool1) CIDR overlaps with IPPool(192-168-0-0-16) CIDR 192.168.0.0/16"; !strings.Contains(stderr, want) {
+		t.Errorf("apply of two pools on 192.168.0.0/16: stderr lacks %q:\n%s", want, stderr)
+	}
 	out := c.ok("get", "ippools", "-o", "wide")
-	for _, want := range []string{"ippool1", "192.168.0.0/16", "ippool2", "172.10.0.0/16", "Always", `calico == "2"`} {
+	for _, want := range []string{"192-168-0-0-16", "192.168.0.0/16", "ippool2", "172.10.0.0/16", "Always", `calico == "2"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ippools table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "ippool1") {
+		t.Errorf("the overlapping pool was written:\n%s", out)
 	}
 	legacy := decodeOne(t, c.ok("get", "ippool", "192-168-0-0-16", "-o", "yaml")).(*api.IPPool)
 	if legacy.Spec.CIDR != "192.168.0.0/16" || legacy.Spec.IPIPMode != "Always" || !legacy.Spec.NATOutgoing {

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/guard"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -256,6 +258,9 @@ func cmdGet(s *session) error {
 // is the Kubernetes Node, the Node's own deletion is refused after the
 // cleanup (datastore.ErrNotSupported), as Calico's calicoctl refuses it.
 func (s *session) deleteOne(r ref) (api.Object, error) {
+	if r.kind.Kind == "IPPool" {
+		return s.deletePool(r.name)
+	}
 	if r.kind.Kind != "Node" {
 		return s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
 	}
@@ -272,4 +277,35 @@ func (s *session) deleteOne(r ref) (api.Object, error) {
 		return nil, err
 	}
 	return node, nil
+}
+
+// poolDeleter is guard.Store's pool deletion, which reports what it left.
+type poolDeleter interface {
+	DeletePool(ctx context.Context, name, resourceVersion string) (api.Object, guard.PoolRelease, error)
+}
+
+// deletePool deletes an IP pool as libcalico-go does (disabled first, its
+// blocks' affinities released, empty blocks deleted) and warns about the
+// addresses still allocated from it.
+func (s *session) deletePool(name string) (api.Object, error) {
+	pd, ok := s.store.(poolDeleter)
+	if !ok {
+		return s.store.Delete(s.ctx, "IPPool", "", name, "")
+	}
+	obj, rep, err := pd.DeletePool(s.ctx, name, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.InUse) > 0 {
+		total := 0
+		blocks := make([]string, len(rep.InUse))
+		for i, b := range rep.InUse {
+			total += b.InUse
+			blocks[i] = fmt.Sprintf("%s (%d)", b.CIDR, b.InUse)
+		}
+		fmt.Fprintf(s.errOut, "Warning: IPPool(%s) is deleted but %d address(es) from it are still in use, in blocks %s: "+
+			"they stay allocated until their workloads are deleted or `calicoctl ipam release` frees them\n",
+			name, total, strings.Join(blocks, ", "))
+	}
+	return obj, nil
 }
