@@ -70,7 +70,7 @@ func Commands() []*cli.Command {
 			ArgsUsage: "KIND [NAME...]",
 			Flags: []cli.Flag{fileFlag, nsFlag,
 				&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "list namespaced kinds across every namespace"},
-				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "ps", Usage: "ps|wide|yaml|json|name"},
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "ps", Usage: "ps, wide, yaml, json, name, custom-columns=COL,..., go-template=TEMPLATE or go-template-file=FILE"},
 			},
 			Action: withSession(cmdGet),
 		},

@@ -28,6 +28,8 @@ func cmdPatch(s *session) error {
 	if err != nil {
 		return err
 	}
+	// Patched as calicoctl patches: what clientv3 reads, written back.
+	clientView(cur)
 	next, err := applyMergePatch(info, cur, patch)
 	if err != nil {
 		return fmt.Errorf("patch %s: %w", r, err)

@@ -191,30 +191,34 @@ func cmdDelete(s *session) error {
 }
 
 func cmdGet(s *session) error {
-	format := s.c.String("output")
-	switch format {
-	case "ps", "wide", "yaml", "json", "name":
-	default:
-		return fmt.Errorf("unknown output format %q (use ps, wide, yaml, json or name)", format)
+	out, err := parseOutput(s.c.String("output"))
+	if err != nil {
+		return err
 	}
 	allNS := s.c.Bool("all-namespaces")
-	var objs []api.Object
-	single := false
-	switch {
-	case len(s.c.StringSlice("filename")) > 0:
+	// As calicoctl: results are a listing (one <Kind>List) or the objects
+	// asked for by name, each on its own; names that are not found are
+	// reported after the ones that are printed.
+	var results []any
+	var failed []error
+	getEach := func(refs []ref) {
+		for _, r := range refs {
+			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
+			if err != nil {
+				failed = append(failed, err)
+				continue
+			}
+			clientView(obj)
+			results = append(results, obj)
+		}
+	}
+	if len(s.c.StringSlice("filename")) > 0 {
 		refs, err := s.refsFromFiles()
 		if err != nil {
 			return err
 		}
-		for _, r := range refs {
-			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
-			if err != nil {
-				return err
-			}
-			objs = append(objs, obj)
-		}
-		single = len(objs) == 1
-	default:
+		getEach(refs)
+	} else {
 		info, refs, err := s.refsFromArgs(true)
 		if err != nil {
 			return err
@@ -227,26 +231,40 @@ func cmdGet(s *session) error {
 					ns = "default"
 				}
 			}
-			objs, _, err = s.store.List(s.ctx, info.Kind, ns)
+			objs, _, err := s.store.List(s.ctx, info.Kind, ns)
 			if err != nil {
 				return err
 			}
-			return printObjects(s.out, info.Kind, objs, format, false, allNS && info.Namespaced)
-		}
-		for _, r := range refs {
-			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
-			if err != nil {
-				return err
+			for _, o := range objs {
+				clientView(o)
 			}
-			objs = append(objs, obj)
+			results = append(results, &objectList{TypeMeta: api.TypeMeta{Kind: info.Kind + "List"}, Items: objs})
+		} else {
+			getEach(refs)
 		}
-		single = len(objs) == 1
 	}
-	kind := ""
-	if len(objs) > 0 {
-		kind = objs[0].Type().Kind
+	p := &printer{w: s.out, out: out, printNamespace: allNS || s.c.String("namespace") != "", asNumber: s.defaultASNumber}
+	if err := p.print(results); err != nil {
+		return err
 	}
-	return printObjects(s.out, kind, objs, format, single, false)
+	return errors.Join(failed...)
+}
+
+// defaultASNumber is the AS number of nodes without their own, as
+// calicoctl's config "asnumber" reads it: BGPConfiguration default's, else
+// 64512; "unknown" when it cannot be read.
+func (s *session) defaultASNumber() string {
+	obj, err := s.store.Get(s.ctx, "BGPConfiguration", "", "default")
+	switch {
+	case errors.Is(err, datastore.ErrNotFound):
+		return "64512"
+	case err != nil:
+		return "unknown"
+	}
+	if c, ok := obj.(*api.BGPConfiguration); ok && c.Spec.ASNumber != nil {
+		return c.Spec.ASNumber.String()
+	}
+	return "64512"
 }
 
 // deleteOne deletes one resource. A Node takes everything of its own with
