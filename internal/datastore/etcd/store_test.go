@@ -687,7 +687,10 @@ func TestDefaultAllowProfile(t *testing.T) {
 		"create": func() error { _, err := s.Create(ctx, datastore.DefaultAllowProfile()); return err }(),
 		"update": func() error { _, err := s.Update(ctx, datastore.DefaultAllowProfile()); return err }(),
 		"apply":  func() error { _, err := s.Apply(ctx, datastore.DefaultAllowProfile()); return err }(),
-		"delete": func() error { _, err := s.Delete(ctx, "Profile", "", datastore.DefaultAllowProfileName, ""); return err }(),
+		"delete": func() error {
+			_, err := s.Delete(ctx, "Profile", "", datastore.DefaultAllowProfileName, "")
+			return err
+		}(),
 	} {
 		want := datastore.ErrNotSupported
 		if op == "create" {
