@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
@@ -80,17 +79,11 @@ func Commands() []*cli.Command {
 			Flags:     []cli.Flag{nsFlag, &cli.StringFlag{Name: "patch", Aliases: []string{"p"}, Required: true, Usage: "JSON or YAML merge patch"}},
 			Action:    withSession(cmdPatch),
 		},
+		labelCommand(),
+		convertCommand(),
 		ipamCommand(),
 		nodeCommand(),
-		{
-			Name:  "version",
-			Usage: "print the client version and the cluster's",
-			Action: func(c *cli.Context) error {
-				fmt.Fprintf(c.App.Writer, "Client Version:    %s\n", buildinfo.Version)
-				fmt.Fprintf(c.App.Writer, "Git commit:        %s\n", buildinfo.Revision())
-				return nil
-			},
-		},
+		versionCommand(),
 	}
 }
 
