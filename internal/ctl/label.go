@@ -53,6 +53,9 @@ func cmdLabel(s *session) error {
 	if !ok {
 		return fmt.Errorf("unknown resource kind %q", kind)
 	}
+	if err := readOnly("label", info.Kind, "", name); err != nil {
+		return err
+	}
 	ns := ""
 	if info.Namespaced {
 		if ns = s.c.String("namespace"); ns == "" {

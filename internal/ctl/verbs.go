@@ -17,13 +17,14 @@ import (
 
 // writeOp is one of the document-driven write verbs.
 type writeOp struct {
+	name string // "create"
 	past string // "created"
 	do   func(s *session, obj api.Object) error
 }
 
 func cmdCreate(s *session) error {
 	skip := s.c.Bool("skip-exists")
-	return s.writeDocs(writeOp{past: "created", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "create", past: "created", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Create(s.ctx, obj)
 		if skip && errors.Is(err, datastore.ErrAlreadyExists) {
 			return nil
@@ -33,17 +34,28 @@ func cmdCreate(s *session) error {
 }
 
 func cmdApply(s *session) error {
-	return s.writeDocs(writeOp{past: "applied", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "apply", past: "applied", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Apply(s.ctx, obj)
 		return err
 	}})
 }
 
 func cmdReplace(s *session) error {
-	return s.writeDocs(writeOp{past: "replaced", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "replace", past: "replaced", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Update(s.ctx, obj)
 		return err
 	}})
+}
+
+// readOnly refuses what calicoctl refuses for every kind it lets users
+// read but not write: ClusterInformation, which calico-node owns
+// (datastoreReady false would stop every node's dataplane).
+func readOnly(op, kind, namespace, name string) error {
+	if kind != "ClusterInformation" {
+		return nil
+	}
+	return &datastore.Error{Op: op, Kind: kind, Namespace: namespace, Name: name,
+		Err: fmt.Errorf("%w: resource is readonly: calico-node manages it", datastore.ErrNotSupported)}
 }
 
 // writeDocs validates every document, then writes them in order. A failed
@@ -60,6 +72,11 @@ func (s *session) writeDocs(op writeOp) error {
 	var failed []string
 	var done []api.Object
 	for _, obj := range objs {
+		m := obj.Meta()
+		if err := readOnly(op.name, obj.Type().Kind, m.Namespace, m.Name); err != nil {
+			failed = append(failed, err.Error())
+			continue
+		}
 		if err := op.do(s, obj); err != nil {
 			failed = append(failed, err.Error())
 			continue
@@ -276,6 +293,9 @@ func (s *session) defaultASNumber() string {
 // is the Kubernetes Node, the Node's own deletion is refused after the
 // cleanup (datastore.ErrNotSupported), as Calico's calicoctl refuses it.
 func (s *session) deleteOne(r ref) (api.Object, error) {
+	if err := readOnly("delete", r.kind.Kind, r.namespace, r.name); err != nil {
+		return nil, err
+	}
 	if r.kind.Kind == "IPPool" {
 		return s.deletePool(r.name)
 	}
