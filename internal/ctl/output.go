@@ -81,6 +81,7 @@ type printer struct {
 	// asNumber is the cluster's default AS number, for the Node ASN column
 	// of nodes without their own.
 	asNumber func() string
+	asn      string // asNumber's answer, once read
 }
 
 func (p *printer) print(results []any) error {
@@ -182,10 +183,14 @@ func (p *printer) funcs() template.FuncMap {
 		"join":            join,
 		"joinAndTruncate": joinAndTruncate,
 		"config": func(name string) string {
-			if strings.ToLower(name) == "asnumber" && p.asNumber != nil {
-				return p.asNumber()
+			if strings.ToLower(name) != "asnumber" || p.asNumber == nil {
+				return "unknown"
 			}
-			return "unknown"
+			// Read once per command, as calicoctl does.
+			if p.asn == "" {
+				p.asn = p.asNumber()
+			}
+			return p.asn
 		},
 	}
 }
