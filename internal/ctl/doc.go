@@ -1,6 +1,8 @@
 // Package ctl is calicoctl: the verbs that manage Calico resources in the
-// datastore (create, apply, replace, delete, get, patch) and the client
-// configuration they connect with.
+// datastore (create, apply, replace, delete, get, patch, label, convert,
+// version, ipam, node) and the client configuration they connect with.
+// Output follows calicoctl v3.31: its per-kind table templates, its
+// go-template data, and what its clientv3 adds to policies on read.
 //
 // Model: every verb reads documents (files, directories or stdin) or a
 // kind/name from the command line, then talks to the datastore through
