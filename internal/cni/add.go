@@ -471,7 +471,7 @@ func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.
 // already has (a Kubernetes pod's new sandbox), conditional on the
 // revision read.
 func writeEndpoint(ctx context.Context, store datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	if existing != nil {
 		out, err := store.Update(ctx, ep)
@@ -545,7 +545,7 @@ func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store,
 		},
 	}
 	// One conditional create: an existing profile is left as it is.
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	if _, err := store.Create(ctx, profile); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
 		return writeError("create profile "+name, err)

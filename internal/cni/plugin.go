@@ -50,6 +50,15 @@ const (
 	undoTimeout = 3 * time.Second
 )
 
+// requestTimeout bounds one round trip to store: an API server under
+// load queues requests for longer than etcd takes to answer.
+func requestTimeout(store datastore.Store) time.Duration {
+	if store.Type() == datastore.TypeKubernetes {
+		return kddRequestTimeout
+	}
+	return etcdRequestTimeout
+}
+
 // SupportedVersions are the CNI spec versions both plugins speak.
 var SupportedVersions = version.PluginSupports("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
