@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -102,6 +101,50 @@ func (n *node) createKubePod(t testing.TB, p *corev1.Pod) {
 	})
 }
 
+// addNamespace registers a Kubernetes namespace with the fake API or
+// creates it in the real one.
+func (n *node) addNamespace(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	if n.kc == nil {
+		n.kube.addNamespace(name, labels)
+		return
+	}
+	if _, err := n.kc.Client.CoreV1().Namespaces().Create(n.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+}
+
+// annotatePod sets a pod's annotation to the JSON of v (nil: removes it),
+// as `kubectl annotate` does.
+func (n *node) annotatePod(t testing.TB, namespace, name, key string, v []string) {
+	t.Helper()
+	pods := n.kc.Client.CoreV1().Pods(namespace)
+	p, err := pods.Get(n.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	if v == nil {
+		delete(p.Annotations, key)
+	} else {
+		data, _ := json.Marshal(v)
+		p.Annotations[key] = string(data)
+	}
+	if _, err := pods.Update(n.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("annotate pod %s/%s: %v", namespace, name, err)
+	}
+}
+
+// TestKDDPolicyOnRealPackets: every policy case on the Kubernetes
+// datastore, where the profiles come from Namespaces and ServiceAccounts,
+// the Kubernetes NetworkPolicy is Kubernetes' own object, tiers, policies,
+// network sets, host endpoints and FelixConfigurations are custom
+// resources, and an endpoint's allowed spoofed prefixes are its Pod's
+// annotation.
+func TestKDDPolicyOnRealPackets(t *testing.T) { testPolicyOnRealPackets(t, newKDDNode(t)) }
+
 // kernelState is everything the agent programs in the node namespace:
 // Calico's iptables rules (caliRules), its IP sets with their members,
 // and every IPv4 route of every table.
@@ -135,11 +178,10 @@ func health(path string) (int, string) {
 func (n *node) calicoctl(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(n.ctx, filepath.Join(n.binDir, "calicoctl"), args...)
-	cmd.Env = append(os.Environ(), "ETCD_ENDPOINTS=")
 	if n.kc != nil {
-		cmd.Env = append(cmd.Env, "DATASTORE_TYPE=kubernetes", "KUBECONFIG="+n.kc.Kubeconfig)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + n.kc.Kubeconfig}
 	} else {
-		cmd.Env = append(cmd.Env, "DATASTORE_TYPE=etcdv3", "ETCD_ENDPOINTS="+strings.Join(n.etcd.Endpoints, ","))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "ETCD_ENDPOINTS=" + strings.Join(n.etcd.Endpoints, ",")}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
