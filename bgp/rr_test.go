@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,9 +12,12 @@ import (
 // TestCalicoNodeRouteReflector: with the mesh off, one of our own nodes
 // (routeReflectorClusterID set, selected by a BGPPeer's peerSelector) is
 // the route reflector. The other nodes peer only with it and learn each
-// other's blocks through it, next hop unchanged, as in Calico.
-func TestCalicoNodeRouteReflector(t *testing.T) {
-	f := newFabric(t)
+// other's blocks through it, next hop unchanged, as in Calico. On the
+// Kubernetes datastore the reflector's label and cluster ID are its Node's
+// projectcalico.org annotations and the peering a custom resource.
+func TestCalicoNodeRouteReflector(t *testing.T) { onBothDatastores(t, testCalicoNodeRouteReflector) }
+
+func testCalicoNodeRouteReflector(t *testing.T, f *fabric) {
 	f.apply(
 		poolObj("pool", "10.244.0.0/16"),
 		bgpConfigObj("default", func(s *api.BGPConfigurationSpec) { s.NodeToNodeMeshEnabled = ptr(false) }),
@@ -48,6 +52,10 @@ func (f *fabric) setClusterID(node, id string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		obj, err := f.store.Get(ctx, "Node", "", node)
+		if err == nil && obj.(*api.Node).Spec.BGP == nil {
+			// On KDD the Node is there before the agent registered on it.
+			err = fmt.Errorf("node %s has no BGP spec yet", node)
+		}
 		if err == nil {
 			n := obj.(*api.Node)
 			n.Spec.BGP.RouteReflectorClusterID = id

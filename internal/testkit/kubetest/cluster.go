@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -512,4 +513,68 @@ func (p *process) logTail() string {
 		return "(no log: " + err.Error() + ")"
 	}
 	return tail(data, 25)
+}
+
+// RelayInto makes the API server reachable at its own address (c.URL,
+// on 127.0.0.1) from inside the network namespace nsPath (a file such as
+// /var/run/netns/<name>): a listener on that namespace's loopback relays
+// every connection to the API server in the caller's namespace, so that
+// an agent running there (`ip netns exec`) uses c.Kubeconfig unchanged.
+// The namespace's loopback must be up. The relay ends in t.Cleanup; it
+// keeps relaying across RestartAPIServer.
+func (c *Cluster) RelayInto(t testing.TB, nsPath string) {
+	t.Helper()
+	addr := net.JoinHostPort(c.Host, c.Port)
+	var l net.Listener
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kubetest: listen on %s in %s: %v", addr, nsPath, err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, cn := range conns {
+			cn.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				in.Close() // the API server is down: refused, as it would be
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out) // closed at cleanup if still open
+			mu.Unlock()
+			wg.Go(func() {
+				done := make(chan struct{})
+				go func() {
+					io.Copy(out, in)
+					out.(*net.TCPConn).CloseWrite()
+					close(done)
+				}()
+				io.Copy(in, out)
+				in.(*net.TCPConn).CloseWrite()
+				<-done
+				in.Close()
+				out.Close()
+			})
+		}
+	})
 }

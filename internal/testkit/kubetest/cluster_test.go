@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 func TestStagingReplace(t *testing.T) {
@@ -145,6 +147,16 @@ func TestCluster(t *testing.T) {
 		}
 		if out, err := c.RunKubectl(nil, "get", "configmap", "survivor", "-o", "name"); err != nil || strings.TrimSpace(out) != "configmap/survivor" {
 			t.Errorf("kubectl with the same kubeconfig after the restart: %q, %v", out, err)
+		}
+
+		// Relayed into another network namespace, at its own address.
+		if os.Geteuid() == 0 {
+			netNS := netnstest.New(t, "kubetest")
+			c.RelayInto(t, "/var/run/netns/"+netNS.Name)
+			out := netNS.MustRun(t, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "--cache-dir="+t.TempDir(), "get", "configmap", "survivor", "-o", "name")
+			if strings.TrimSpace(out) != "configmap/survivor" {
+				t.Errorf("kubectl in another namespace through the relay: %q", out)
+			}
 		}
 
 		for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {

@@ -21,7 +21,10 @@
 // ForceDelete() (also before deleting their namespace).
 // StopAPIServer and RestartAPIServer take kube-apiserver away and bring it
 // back on the same address, with the same certificates and the same etcd,
-// so the data survive: what API-server outage tests need.
+// so the data survive: what API-server outage tests need. RelayInto makes
+// the API server reachable at its own address from inside another network
+// namespace (agents started with `ip netns exec` use the kubeconfig as it
+// is).
 //
 // StartNode(t, c) adds a real node to such a cluster: kubelet (built with
 // the other binaries) and Debian's containerd with its CRI plugin and runc,
