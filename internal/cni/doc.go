@@ -102,7 +102,8 @@
 // instead of waiting for the kernel to destroy the namespace (a
 // Kubernetes pod's veth only if no newer sandbox owns the endpoint). CHECK compares
 // the pod interface, addresses, routes, host veth and routes, and the
-// endpoint with prevResult. STATUS is ready when etcd answers. GC removes
+// endpoint with prevResult. STATUS is ready when the datastore answers a
+// read (etcd, or the Kubernetes API server). GC removes
 // this node's endpoints and IPAM handles of containers not in
 // cni.dev/valid-attachments. Phases are logged at debug level with their
 // durations.
