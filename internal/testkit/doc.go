@@ -9,6 +9,7 @@
 //	netnstest/  private network namespaces, netlink handles in them
 //	proctest/   child processes: logs, Pdeathsig, stop by PID, metrics
 //	pkitest/    test certificate authorities and certificates
+//	polltest/   waiting for what happens asynchronously: poll until it holds
 //	testbin/    the calico-node binary the tests share (CALICO_NODE_BIN)
 //	testsum/    make test's report: go test -json in; failures, skips with
 //	            their reasons and "N passed, N failed, N skipped" out
