@@ -4,6 +4,7 @@
 // imports them.
 //
 //	etcdtest/   real etcd servers: Debian's etcd-server, embedded, TLS
+//	goldentest/ golden files under testdata/, rewritten with -update
 //	kubetest/   a real kube-apiserver and kubelet node, built once from the
 //	            Go module proxy and cached (kubebins/ prebuilds them)
 //	netnstest/  private network namespaces, netlink handles in them
