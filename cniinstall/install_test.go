@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/projectcalico/calico-node/internal/testkit/goldentest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -279,13 +280,7 @@ func fileContains(path, s string) bool {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, "the condition", cond)
 }
 
 // TestBadTemplate: a broken template stops the agent at start with the

@@ -33,13 +33,13 @@ import (
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // The files a user applies: per datastore, the RBAC (ServiceAccount and
@@ -449,11 +449,7 @@ func TestRBACIsEnough(t *testing.T) {
 
 	// The controllers, with the manifest's lease and nothing but its RBAC.
 	srv := etcdtest.Start(t)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	saKube, err := kube.New(c.ConfigForToken(token))
 	if err != nil {
 		t.Fatal(err)
@@ -674,11 +670,7 @@ func TestKDD(t *testing.T) {
 	t.Run("the controllers clean up a deleted node", func(t *testing.T) {
 		// The operator's configuration for node-2, written as admin; the
 		// address and block the CNI plugin takes on it, as calico-node.
-		admin, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
+		admin := storetest.KDD(t, ctx, c)
 		store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{
 			APIEndpoint: c.URL, CAFile: c.CAFile, Token: token,
 		}})

@@ -28,6 +28,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
@@ -285,17 +286,7 @@ func dial(fromNS string, addr netip.Addr) (string, error) {
 // eventually retries check until it returns nil or the time is up.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, what, check)
 }
 
 // reach asserts that a TCP connection from fromNS to the pod toNS at addr

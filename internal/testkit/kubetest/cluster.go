@@ -29,6 +29,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 const (
@@ -355,6 +356,18 @@ func (c *Cluster) CreateNamespace(t testing.TB, name string, labels map[string]s
 		t.Fatalf("kubetest: %v (is the controller manager running?)", err)
 	}
 	return ns
+}
+
+// InstallCalicoCRDs applies Calico's CRDs (deploy/crds.yaml) and waits
+// until the API server serves them: the Kubernetes datastore's setup.
+func (c *Cluster) InstallCalicoCRDs(t testing.TB) {
+	t.Helper()
+	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
+		t.Fatalf("kubetest: apply CRDs: %v\n%s", err, out)
+	}
+	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("kubetest: wait for CRDs: %v\n%s", err, out)
+	}
 }
 
 // Token returns a bound service-account token (the TokenRequest API, as
