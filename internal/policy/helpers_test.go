@@ -2,12 +2,14 @@ package policy_test
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/policy/sim"
 	"github.com/projectcalico/calico-node/internal/testkit/goldentest"
 )
 
@@ -206,4 +208,25 @@ func dump(r *policy.Result) string {
 func golden(t *testing.T, name, got string) {
 	t.Helper()
 	goldentest.Check(t, filepath.Join("testdata", name+".golden"), []byte(got))
+}
+
+// mustSets are the IP sets of a compiled family, as the simulator reads
+// them.
+func mustSets(t testing.TB, f *policy.Family) *sim.Sets {
+	t.Helper()
+	sets, err := sim.NewSets(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sets
+}
+
+// simFamily is the compiled family of src's IP version and its IP sets.
+func simFamily(t testing.TB, res *policy.Result, src netip.Addr) (*policy.Family, *sim.Sets) {
+	t.Helper()
+	f := res.V4
+	if src.Is6() {
+		f = res.V6
+	}
+	return f, mustSets(t, f)
 }

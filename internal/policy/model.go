@@ -330,14 +330,7 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.WorkloadEndpoints {
 		w := &s.WorkloadEndpoints[i]
 		e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
-		for _, n := range w.Spec.IPNetworks {
-			p, err := hostPrefix(n)
-			if err != nil {
-				m.problem("WorkloadEndpoint %s: ipNetworks: %q is not an address", e.name, n)
-				continue
-			}
-			e.nets = append(e.nets, p)
-		}
+		e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
 		ports := w.Spec.Ports
 		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
 			return ports[i].Name, ports[i].Protocol, ports[i].Port
@@ -347,14 +340,7 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.HostEndpoints {
 		h := &s.HostEndpoints[i]
 		e := &entity{kind: "hep", name: h.Name, labels: mergeLabels(h.Labels, h.Spec.Profiles, plabels)}
-		for _, n := range h.Spec.ExpectedIPs {
-			p, err := hostPrefix(n)
-			if err != nil {
-				m.problem("HostEndpoint %s: expectedIPs: %q is not an address", h.Name, n)
-				continue
-			}
-			e.nets = append(e.nets, p)
-		}
+		e.nets = m.endpointNets("HostEndpoint "+h.Name+": expectedIPs", h.Spec.ExpectedIPs)
 		ports := h.Spec.Ports
 		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
 			return ports[i].Name, ports[i].Protocol, ports[i].Port
@@ -381,6 +367,22 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 		e.nets = m.setNets("GlobalNetworkSet "+n.Name, n.Spec.Nets)
 		m.entities = append(m.entities, e)
 	}
+}
+
+// endpointNets parses an endpoint's addresses (what names the field),
+// each as its host prefix; one that is not an address is a problem and
+// left out.
+func (m *model) endpointNets(what string, addrs []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range addrs {
+		p, err := hostPrefix(n)
+		if err != nil {
+			m.problem("%s: %q is not an address", what, n)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // setNets parses a network set's nets. A /0 cannot go into a hash:net IP
