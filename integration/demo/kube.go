@@ -17,7 +17,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 )
 
@@ -558,12 +558,8 @@ contexts:
     user: calico-demo-admin
 current-context: calico-demo
 `, server, enc(data[p.caCert]), enc(data[p.adminCert]), enc(data[p.adminKey]))
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return errors.Join(fmt.Errorf("write kubeconfig: %w", err), os.Remove(tmp))
+	if err := atomicfile.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	return nil
 }
