@@ -346,7 +346,7 @@ func (n *Node) writeNodeCredentials(path string) error {
 	if err := ca.Issue(leaf, certFile, keyFile); err != nil {
 		return err
 	}
-	return writeKubeconfig(path, n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
+	return WriteKubeconfig(path, "kubetest", n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
 }
 
 // stop undoes StartNode. Pods go first, through the API, so that kubelet
