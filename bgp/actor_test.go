@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
 // fakeUpdates is a confwatch subscription fed by the test.
@@ -91,16 +91,6 @@ func (r *fakeReporter) get() (bool, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ready, r.detail
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -225,7 +215,7 @@ func TestActorsOnLoopback(t *testing.T) {
 	}
 	etcd := etcdtest.Start(t)
 	kv := etcd.Client(t)
-	portA, portB := freeTCPPort(t), freeTCPPort(t)
+	portA, portB := proctest.FreePort(t), proctest.FreePort(t)
 	snapshot := set(
 		typed(node("a", "127.0.0.1/8"), "Node"), typed(node("b", "127.0.0.2/8"), "Node"),
 		typed(ippool("pool", "10.244.0.0/16", nil), "IPPool"),
