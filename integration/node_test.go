@@ -35,6 +35,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -297,16 +298,7 @@ func listenEcho(t *testing.T, ports ...int) error {
 		if err != nil {
 			return err
 		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
+		netnstest.Serve(t, l, func(c net.Conn) { io.Copy(c, c) })
 		u, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return err

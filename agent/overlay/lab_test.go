@@ -252,17 +252,7 @@ func (l *lab) serve(nsName string, addr netip.Addr) {
 	if err != nil {
 		l.t.Fatalf("listen in %s: %v", nsName, err)
 	}
-	l.t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(nsName))
-			c.Close()
-		}
-	}()
+	netnstest.Serve(l.t, ln, func(c net.Conn) { c.Write([]byte(nsName)) })
 }
 
 // dial connects from namespace fromNS to addr:8080 and returns what the

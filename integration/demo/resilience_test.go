@@ -26,6 +26,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -235,20 +236,10 @@ func (r *rcluster) listen(p *pod) {
 	if err != nil {
 		r.t.Fatalf("listen in %s: %v", p.netns(), err)
 	}
-	r.t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, p.name()+"\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	netnstest.Serve(r.t, l, func(c net.Conn) {
+		io.WriteString(c, p.name()+"\n")
+		io.Copy(c, c)
+	})
 }
 
 // basePods creates one pod per node, each in its own Kubernetes

@@ -17,6 +17,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // startServer runs an agent's CNI server in this process (the test process
@@ -222,20 +223,12 @@ func TestAgentLostMidCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, c) // the whole request, then hang up
-					if tc.taken {
-						c.Write([]byte{cnientry.Taken})
-					}
-					c.Close()
+			netnstest.Serve(t, l, func(c net.Conn) {
+				io.Copy(io.Discard, c) // the whole request, then hang up
+				if tc.taken {
+					c.Write([]byte{cnientry.Taken})
 				}
-			}()
+			})
 			t.Setenv(cnientry.SocketEnv, sock)
 			p := newPod(t)
 			conf := e.conf("1.0.0", nil)
