@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -454,8 +454,7 @@ func newFakeKube(t *testing.T) *fakeKube {
 	}))
 	t.Cleanup(f.srv.Close)
 	f.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
-	if err := os.WriteFile(f.caFile, ca, 0o600); err != nil {
+	if err := pkitest.WriteCert(f.caFile, f.srv.Certificate().Raw); err != nil {
 		t.Fatal(err)
 	}
 	return f
