@@ -33,20 +33,11 @@ func NewBlackholes(node string, blocks BlockWatch, sink RouteSink, logger *slog.
 
 // Run publishes the blackhole set after every change of block affinity.
 func (b *Blackholes) Run(ctx context.Context) error {
-	blocks := b.blocks(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case snap, ok := <-blocks:
-			if !ok {
-				return nil
-			}
-			rs := BlackholeRoutes(b.node, snap.Affinity)
-			b.log.Debug("own blocks", "count", len(rs))
-			b.sink.Set(routes.SourceBlackhole, rs)
-		}
-	}
+	return each(ctx, b.blocks(ctx), func(snap ipam.BlockSnapshot) {
+		rs := BlackholeRoutes(b.node, snap.Affinity)
+		b.log.Debug("own blocks", "count", len(rs))
+		b.sink.Set(routes.SourceBlackhole, rs)
+	})
 }
 
 // BlackholeRoutes is the pure part: one blackhole per block affine to node.

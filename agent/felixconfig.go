@@ -111,23 +111,30 @@ func (f *FelixConfig) AddRouteRefresher(r Refresher) {
 // Run applies the configuration from the first snapshot on, and again on
 // every FelixConfiguration change, until ctx is done.
 func (f *FelixConfig) Run(ctx context.Context) error {
-	updates := f.watch.Subscribe("FelixConfiguration").Updates(ctx)
+	return each(ctx, f.watch.Subscribe("FelixConfiguration").Updates(ctx), func(ups []confwatch.Update) {
+		for _, u := range ups {
+			if u.Type == confwatch.Delete {
+				delete(f.objs, u.Key)
+			} else {
+				f.objs[u.Key] = u.Object
+			}
+		}
+		f.apply(FelixSpec(f.objs, f.opts.Node, f.opts.Env))
+	})
+}
+
+// each calls f with every value received on ch until ctx is done or ch
+// is closed, and returns nil then: the Run of an actor with one input.
+func each[T any](ctx context.Context, ch <-chan T, f func(T)) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ups, ok := <-updates:
+		case v, ok := <-ch:
 			if !ok {
 				return nil
 			}
-			for _, u := range ups {
-				if u.Type == confwatch.Delete {
-					delete(f.objs, u.Key)
-				} else {
-					f.objs[u.Key] = u.Object
-				}
-			}
-			f.apply(FelixSpec(f.objs, f.opts.Node, f.opts.Env))
+			f(v)
 		}
 	}
 }
