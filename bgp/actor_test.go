@@ -32,14 +32,7 @@ import (
 // fakeUpdates is a confwatch subscription fed by the test.
 type fakeUpdates struct{ ch chan []confwatch.Update }
 
-func (f *fakeUpdates) Next(ctx context.Context) ([]confwatch.Update, error) {
-	select {
-	case ups := <-f.ch:
-		return ups, nil
-	case <-ctx.Done():
-		return nil, confwatch.ErrClosed
-	}
-}
+func (f *fakeUpdates) Updates(context.Context) <-chan []confwatch.Update { return f.ch }
 
 func set(objs ...api.Object) []confwatch.Update {
 	var ups []confwatch.Update
