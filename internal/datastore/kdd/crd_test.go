@@ -539,21 +539,7 @@ func testCRDWatch(t *testing.T, c *kubetest.Cluster, s *Store) {
 	ctx := testCtx(t)
 	next := func(t *testing.T, ch <-chan datastore.Event) datastore.Event {
 		t.Helper()
-		for {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					t.Fatal("watch closed")
-				}
-				if ev.Err != nil {
-					t.Logf("watch reports %v", ev.Err)
-					continue
-				}
-				return ev
-			case <-time.After(30 * time.Second):
-				t.Fatal("no watch event in 30s")
-			}
-		}
+		return nextEvent(t, ch, func(datastore.Event) bool { return true })
 	}
 	expect := func(t *testing.T, ch <-chan datastore.Event, typ datastore.EventType, ns, name, rv string) {
 		t.Helper()
