@@ -92,17 +92,7 @@ func newRCluster(t *testing.T) *rcluster {
 }
 
 // dumpLogs shows the end of every log the cluster wrote.
-func (r *rcluster) dumpLogs() {
-	logs, _ := filepath.Glob(filepath.Join(r.c.o.stateDir, "logs", "*.log"))
-	for _, l := range logs {
-		data, _ := os.ReadFile(l)
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 25 {
-			lines = lines[len(lines)-25:]
-		}
-		r.t.Logf("--- %s (last lines)\n%s", filepath.Base(l), strings.Join(lines, "\n"))
-	}
-}
+func (r *rcluster) dumpLogs() { dumpLogs(r.t, r.c.o.stateDir) }
 
 func (r *rcluster) waitMesh() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 70*time.Second)
