@@ -16,6 +16,10 @@ import (
 // default route back out (a routing loop between nodes). Local pods' /32s
 // are more specific and win.
 type Blackholes struct {
+	// Gate, if set, holds the blackholes as they are while it is closed
+	// (the datastore is locked). Set before Run.
+	Gate Gate
+
 	node   string
 	blocks BlockWatch
 	sink   RouteSink
@@ -33,11 +37,29 @@ func NewBlackholes(node string, blocks BlockWatch, sink RouteSink, logger *slog.
 
 // Run publishes the blackhole set after every change of block affinity.
 func (b *Blackholes) Run(ctx context.Context) error {
-	return each(ctx, b.blocks(ctx), func(snap ipam.BlockSnapshot) {
-		rs := BlackholeRoutes(b.node, snap.Affinity)
+	blocks := b.blocks(ctx)
+	open, gateC := gateState(b.Gate)
+	var latest map[netip.Prefix]string
+	have := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case snap, ok := <-blocks:
+			if !ok {
+				return nil
+			}
+			latest, have = snap.Affinity, true
+		case <-gateC:
+			open, gateC = gateState(b.Gate)
+		}
+		if !have || !open {
+			continue
+		}
+		rs := BlackholeRoutes(b.node, latest)
 		b.log.Debug("own blocks", "count", len(rs))
 		b.sink.Set(routes.SourceBlackhole, rs)
-	})
+	}
 }
 
 // BlackholeRoutes is the pure part: one blackhole per block affine to node.

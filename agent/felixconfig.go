@@ -111,30 +111,23 @@ func (f *FelixConfig) AddRouteRefresher(r Refresher) {
 // Run applies the configuration from the first snapshot on, and again on
 // every FelixConfiguration change, until ctx is done.
 func (f *FelixConfig) Run(ctx context.Context) error {
-	return each(ctx, f.watch.Subscribe("FelixConfiguration").Updates(ctx), func(ups []confwatch.Update) {
-		for _, u := range ups {
-			if u.Type == confwatch.Delete {
-				delete(f.objs, u.Key)
-			} else {
-				f.objs[u.Key] = u.Object
-			}
-		}
-		f.apply(FelixSpec(f.objs, f.opts.Node, f.opts.Env))
-	})
-}
-
-// each calls f with every value received on ch until ctx is done or ch
-// is closed, and returns nil then: the Run of an actor with one input.
-func each[T any](ctx context.Context, ch <-chan T, f func(T)) error {
+	updates := f.watch.Subscribe("FelixConfiguration").Updates(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case v, ok := <-ch:
+		case ups, ok := <-updates:
 			if !ok {
 				return nil
 			}
-			f(v)
+			for _, u := range ups {
+				if u.Type == confwatch.Delete {
+					delete(f.objs, u.Key)
+				} else {
+					f.objs[u.Key] = u.Object
+				}
+			}
+			f.apply(FelixSpec(f.objs, f.opts.Node, f.opts.Env))
 		}
 	}
 }

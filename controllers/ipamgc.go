@@ -157,6 +157,14 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("read IPAM: %w", err)
 	}
+	if report.DatastoreLocked {
+		// A migration is copying IPAM: what looks leaked here may be in
+		// use on the other side. Calico's IPAM controller waits too.
+		gc.log.Warn("datastore is locked, skipping IPAM garbage collection")
+		clear(gc.candidates) // the grace period starts again after the unlock
+		gc.c.metrics.gcCandidates.Set(0)
+		return nil
+	}
 	nodeObjs, _, err := gc.c.store.List(ctx, "Node", "")
 	if err != nil {
 		return fmt.Errorf("list calico nodes: %w", err)

@@ -152,7 +152,10 @@ func newLab(t *testing.T, specs ...labNodeSpec) *lab {
 }
 
 // start runs confwatch, a route table and the overlay actor for node.
-func (l *lab) start(name string) {
+func (l *lab) start(name string) { l.startGated(name, nil) }
+
+// startGated is start with the overlay behind gate (nil: none).
+func (l *lab) startGated(name string, gate Gate) {
 	l.t.Helper()
 	n := l.nodes[name]
 	n.logs = &proctest.Log{}
@@ -180,6 +183,7 @@ func (l *lab) start(name string) {
 		Kernel:  n.nl,
 		Routes:  table,
 		Health:  n.health,
+		Gate:    gate,
 	})
 	var wg sync.WaitGroup
 	run := func(what string, f func(context.Context) error) {

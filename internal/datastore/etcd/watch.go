@@ -162,6 +162,7 @@ func (w *watcher) relist(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, w.s.etcdErr(err)
 	}
+	objs = withStatic(w.prefix, objs)
 	if !w.emit(ctx, datastore.Event{Type: datastore.Reset, Objects: objs, Revision: rev}) {
 		return 0, ctx.Err()
 	}
