@@ -20,10 +20,10 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -76,11 +76,7 @@ func newFabric(t testing.TB) *fabric {
 	f.kv = f.etcd.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: f.etcd.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, f.etcd.Endpoints)
 	f.store = store
 	f.bridge = f.newNS("br")
 	f.ip(f.bridge, "link", "add", "br0", "type", "bridge")

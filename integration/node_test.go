@@ -31,12 +31,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -73,12 +73,7 @@ func newNode(t *testing.T) *node {
 	t.Cleanup(cancel)
 	n := &node{t: t, ctx: ctx, binDir: testbin.Dir(t), dataDir: t.TempDir()}
 	n.etcd = etcdtest.Start(t)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: n.etcd.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	n.store = store
+	n.store = storetest.Etcd(t, ctx, n.etcd.Endpoints)
 	n.kube = newFakeKube(t)
 	n.setupUplink()
 
@@ -96,6 +91,7 @@ func newNode(t *testing.T) *node {
 			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},
 		}},
 	})
+	var err error
 	if n.conf, err = libcni.ConfListFromBytes(conf); err != nil {
 		t.Fatalf("libcni rejects the config: %v", err)
 	}

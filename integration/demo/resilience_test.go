@@ -23,10 +23,9 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -693,11 +692,7 @@ func testNodeRemoval(t *testing.T, r *rcluster, pods []*pod) {
 		t.Fatal(err)
 	}
 	// calicoctl's node deletion takes the node's block affinities too.
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: []string{r.c.etcdURL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Etcd(t, ctx, []string{r.c.etcdURL()})
 	if blocks, err := ipam.New(store.IPAM(), store, slog.New(slog.DiscardHandler)).AffineBlocks(ctx, nodeName(gone)); err != nil || len(blocks) != 0 {
 		t.Fatalf("after calicoctl delete node: blocks still affine to %s: %v %v", nodeName(gone), blocks, err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
-// Etcd opens the etcd datastore on endpoints; ctx bounds the connection.
+// Etcd opens the etcd datastore on endpoints; ctx bounds the connecting.
 func Etcd(t testing.TB, ctx context.Context, endpoints []string) *etcd.Store {
 	t.Helper()
 	store, err := etcd.New(ctx, datastore.Config{Endpoints: endpoints})
@@ -32,7 +32,7 @@ func Etcd(t testing.TB, ctx context.Context, endpoints []string) *etcd.Store {
 }
 
 // KDD opens the Kubernetes datastore on c as its admin; c has Calico's
-// CRDs (kubetest's InstallCalicoCRDs). ctx bounds the connection.
+// CRDs (kubetest's InstallCalicoCRDs). ctx bounds the connecting.
 func KDD(t testing.TB, ctx context.Context, c *kubetest.Cluster) *kdd.Store {
 	t.Helper()
 	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
