@@ -426,22 +426,6 @@ func (e *env) assertNothingLeft(network string, p *pod, hostVeth string) {
 	})
 }
 
-// caliLinks lists the node's cali* interfaces.
-func caliLinks(t testing.TB) []string {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "cali") {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out
-}
-
 // inPod runs f inside the pod's namespace.
 func inPod(t testing.TB, p *pod, f func() error) {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
@@ -142,7 +143,7 @@ func TestAgentServesErrors(t *testing.T) {
 	if srv.Served.Load() != 1 {
 		t.Errorf("served %d, want the failing ADD", srv.Served.Load())
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("failed ADD left %v", links)
 	}
 	e.mustDel(conf, p)
