@@ -15,7 +15,7 @@ const nodeNetNSEnv = "CALICO_INTEGRATION_NODE_NETNS"
 // Without root the tests skip themselves (requireNode).
 func TestMain(m *testing.M) {
 	netnstest.Main(m, nodeNetNSEnv, func() (func(), error) {
-		if err := netnstest.SetupNode(""); err != nil {
+		if err := netnstest.SetupNode(false); err != nil {
 			return nil, err
 		}
 		// This node's agent serves CNI on a socket of its own, and the

@@ -10,10 +10,6 @@ import (
 // private network and mount namespaces.
 const nodeEnv = "CALICO_INSTALL_TEST_NODE"
 
-// The node's address, on its uplink (a documentation range: the uplink is
-// a veth whose peer is in the same namespace, nothing ever leaves it).
-const nodeAddr = "192.0.2.1/24"
-
 // Run as root, the test binary re-executes itself in private network and
 // mount namespaces: the node's. Everything the node does to its host
 // (interfaces, routes, iptables, the files under its hostPath volumes)
@@ -21,6 +17,6 @@ const nodeAddr = "192.0.2.1/24"
 // root the tests fail: they need it.
 func TestMain(m *testing.M) {
 	netnstest.Main(m, nodeEnv, func() (func(), error) {
-		return nil, netnstest.SetupNode(nodeAddr)
+		return nil, netnstest.SetupNode(true)
 	}, netnstest.PrivateMounts())
 }

@@ -11,10 +11,6 @@ import (
 // node's private network namespace.
 const nodeNetNSEnv = "CALICO_KUBELET_TEST_NODE_NETNS"
 
-// The node's address, on its uplink (a documentation range: the uplink is
-// a veth whose peer is in the same namespace, nothing ever leaves it).
-const nodeAddr = "192.0.2.1/24"
-
 // Run as root, the test binary re-executes itself in a private network
 // namespace: the node's. kube-apiserver, kubelet, containerd, the agent
 // and the pods' host ends all live there, and it dies with the test
@@ -22,7 +18,7 @@ const nodeAddr = "192.0.2.1/24"
 // TestKubeletNode fails: it needs root.
 func TestMain(m *testing.M) {
 	netnstest.Main(m, nodeNetNSEnv, func() (func(), error) {
-		if err := netnstest.SetupNode(nodeAddr); err != nil {
+		if err := netnstest.SetupNode(true); err != nil {
 			return nil, err
 		}
 		// The agent serves CNI on a socket of its own; containerd passes

@@ -33,19 +33,23 @@ func Main(m *testing.M, env string, setup func() (undo func(), err error), opts 
 	}
 }
 
+// NodeUplinkAddr is the address SetupNode gives a node's uplink: a
+// documentation range, on a veth whose peer stays in the same namespace,
+// so nothing sent to it ever leaves.
+const NodeUplinkAddr = "192.0.2.1/24"
+
 // SetupNode gives the current namespace (the re-executed child's) what a
-// node has: loopback, forwarding on and, when uplink (an address with its
-// prefix length) is set, an uplink "eth0" with that address and a default
-// route through it (kubelet and the agent take the node's IP from it). The
-// uplink is a veth whose peer stays in the same namespace (not every kernel
-// has dummy links): nothing sent on it ever leaves.
-func SetupNode(uplink string) error {
+// node has: loopback, forwarding on and, with uplink, an uplink "eth0"
+// with NodeUplinkAddr and a default route through it (kubelet and the
+// agent take the node's IP from it). The uplink is a veth: not every
+// kernel has dummy links.
+func SetupNode(uplink bool) error {
 	steps := [][]string{{"link", "set", "lo", "up"}}
-	if uplink != "" {
+	if uplink {
 		steps = append(steps,
 			[]string{"link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
 			[]string{"link", "set", "eth0-peer", "up"},
-			[]string{"addr", "add", uplink, "dev", "eth0"},
+			[]string{"addr", "add", NodeUplinkAddr, "dev", "eth0"},
 			[]string{"link", "set", "eth0", "up"},
 			[]string{"route", "add", "default", "dev", "eth0"},
 		)
