@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -33,11 +32,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -77,12 +78,7 @@ func newNode(t *testing.T) *node {
 	t.Cleanup(cancel)
 	n := &node{t: t, ctx: ctx, binDir: testbin.Dir(t), dataDir: t.TempDir()}
 	n.etcd = etcdtest.Start(t)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: n.etcd.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	n.store = store
+	n.store = storetest.Etcd(t, ctx, n.etcd.Endpoints)
 	n.kube = newFakeKube(t)
 	n.setupUplink()
 
@@ -100,6 +96,7 @@ func newNode(t *testing.T) *node {
 			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},
 		}},
 	})
+	var err error
 	if n.conf, err = libcni.ConfListFromBytes(conf); err != nil {
 		t.Fatalf("libcni rejects the config: %v", err)
 	}
@@ -338,16 +335,7 @@ func listenEcho(t *testing.T, ports ...int) error {
 		if err != nil {
 			return err
 		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
+		netnstest.Serve(t, l, func(c net.Conn) { io.Copy(c, c) })
 		u, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return err
@@ -503,8 +491,7 @@ func newFakeKube(t *testing.T) *fakeKube {
 	}))
 	t.Cleanup(f.srv.Close)
 	f.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
-	if err := os.WriteFile(f.caFile, ca, 0o600); err != nil {
+	if err := pkitest.WriteCert(f.caFile, f.srv.Certificate().Raw); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,13 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // dsFixture is one datastore with a store and an IPAM client.
@@ -47,30 +44,17 @@ func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
 }
 
 func newKDD(t *testing.T) *dsFixture {
 	t.Helper()
 	c := kubetest.Start(t, kubetest.WithoutControllerManager())
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.KDD(t, ctx, c)
 	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil), kube: c}
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // startServer runs an agent's CNI server in this process (the test process
@@ -141,7 +143,7 @@ func TestAgentServesErrors(t *testing.T) {
 	if srv.Served.Load() != 1 {
 		t.Errorf("served %d, want the failing ADD", srv.Served.Load())
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("failed ADD left %v", links)
 	}
 	e.mustDel(conf, p)
@@ -222,20 +224,12 @@ func TestAgentLostMidCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, c) // the whole request, then hang up
-					if tc.taken {
-						c.Write([]byte{cnientry.Taken})
-					}
-					c.Close()
+			netnstest.Serve(t, l, func(c net.Conn) {
+				io.Copy(io.Discard, c) // the whole request, then hang up
+				if tc.taken {
+					c.Write([]byte{cnientry.Taken})
 				}
-			}()
+			})
 			t.Setenv(cnientry.SocketEnv, sock)
 			p := newPod(t)
 			conf := e.conf("1.0.0", nil)

@@ -12,12 +12,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-const (
-	watchBuffer    = 256
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-)
-
 // objectKey identifies a Calico object in a watcher's state.
 type objectKey struct{ kind, ns, name string }
 
@@ -40,7 +34,7 @@ func keyOf(o api.Object) objectKey {
 // once every source that failed is watching again, one InSync event says
 // the stream is current (the API server is back).
 func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
-	out := make(chan datastore.Event, watchBuffer)
+	out := make(chan datastore.Event, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.ctx, cancel)
 	var ms []mapper
@@ -57,7 +51,7 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 			defer close(out)
 			defer stopOnClose()
 			defer cancel()
-			if send(ctx, out, datastore.Event{Err: err}) {
+			if datastore.Send(ctx, out, datastore.Event{Err: err}) {
 				<-ctx.Done()
 			}
 		}()
@@ -137,7 +131,7 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 			}
 		}
 		sortObjects(all)
-		if !send(ctx, out, datastore.Event{Type: datastore.Reset, Objects: all, Revision: rev}) {
+		if !datastore.Send(ctx, out, datastore.Event{Type: datastore.Reset, Objects: all, Revision: rev}) {
 			return
 		}
 	}
@@ -187,7 +181,7 @@ func (h *watchHealth) failed(ctx context.Context, w *sourceWatch, ev datastore.E
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.failing[w] = true
-	return send(ctx, h.out, ev)
+	return datastore.Send(ctx, h.out, ev)
 }
 
 // watching marks w current (its watch was accepted after the relist
@@ -203,7 +197,7 @@ func (h *watchHealth) watching(ctx context.Context, w *sourceWatch) bool {
 	if len(h.failing) > 0 {
 		return true
 	}
-	return send(ctx, h.out, datastore.Event{Type: datastore.InSync})
+	return datastore.Send(ctx, h.out, datastore.Event{Type: datastore.InSync})
 }
 
 type rawMeta struct {
@@ -333,7 +327,7 @@ func (w *sourceWatch) handle(ctx context.Context, ev watchEvent) error {
 		objs, err := w.m.convert(w.i, ev.Object)
 		if err != nil {
 			// Keep what was known: a bad write should not remove it.
-			send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: fmt.Errorf("%s %s: %w", w.src.resource, key, err)}, Revision: rev})
+			datastore.Send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: fmt.Errorf("%s %s: %w", w.src.resource, key, err)}, Revision: rev})
 			break
 		}
 		if !w.change(ctx, key, objs, rev) {
@@ -370,12 +364,12 @@ func (w *sourceWatch) change(ctx context.Context, key string, objs []api.Object,
 			}
 			typ = datastore.Modified
 		}
-		if !send(ctx, w.out, datastore.Event{Type: typ, Object: o, Revision: revOf(o, rev)}) {
+		if !datastore.Send(ctx, w.out, datastore.Event{Type: typ, Object: o, Revision: revOf(o, rev)}) {
 			return false
 		}
 	}
 	for _, o := range prev {
-		if !send(ctx, w.out, datastore.Event{Type: datastore.Deleted, Object: o, Revision: rev}) {
+		if !datastore.Send(ctx, w.out, datastore.Event{Type: datastore.Deleted, Object: o, Revision: rev}) {
 			return false
 		}
 	}
@@ -394,20 +388,11 @@ func (w *sourceWatch) fail(ctx context.Context, err error) bool {
 	if !w.health.failed(ctx, w, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
 		return false
 	}
-	w.wait = min(max(2*w.wait, backoffInitial), backoffMax)
+	w.wait = datastore.NextWatchBackoff(w.wait)
 	t := time.NewTimer(w.wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func send(ctx context.Context, out chan<- datastore.Event, e datastore.Event) bool {
-	select {
-	case out <- e:
 		return true
 	case <-ctx.Done():
 		return false
