@@ -2,10 +2,13 @@ package kdd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -47,76 +50,127 @@ func isPolicy(ev datastore.Event, typ datastore.EventType, name string) bool {
 
 // TestWatchAcrossAPIServerRestart: a watch of every kind outlives the API
 // server's restart: while it is down the stream reports it unreachable
-// (naming it) and sends nothing else, no Reset; once it is back one
-// InSync says the stream is current, and writes made then arrive. A watch
-// started right after the restart (an agent restarted during the outage)
-// gets them too. The IPAM watch recovers with a fresh Reset.
+// (naming it) and sends nothing else, no Reset; changes made meanwhile
+// (written into etcd behind its back, as another API server of the
+// cluster would take them) arrive as ordinary events once it is back,
+// before one InSync says the stream is current; writes made then arrive.
+// So does a watch started during the outage from a List read before it
+// (an agent restarted in the outage), and one started after the restart.
+// The IPAM watch recovers with a fresh Reset.
 func TestWatchAcrossAPIServerRestart(t *testing.T) {
 	c, s := startKDD(t)
 	ctx := testCtx(t)
-	for _, y := range [][]byte{policyYAML("before", "10")} {
-		for _, o := range decodeDocs(t, y) {
+	create := func(name, order string) {
+		t.Helper()
+		for _, o := range decodeDocs(t, policyYAML(name, order)) {
 			if _, err := s.Create(ctx, o); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	_, rev, err := s.List(ctx, "NetworkPolicy", "")
-	if err != nil {
-		t.Fatal(err)
+	listRev := func() int64 {
+		t.Helper()
+		_, rev, err := s.List(ctx, "NetworkPolicy", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
 	}
+	create("before", "10")
+	create("gone", "10")
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events := s.Watch(wctx, "", rev+1)
+	events := s.Watch(wctx, "", listRev()+1)
 	blocks := s.IPAM().Watch(wctx, "/calico/ipam/v2/assignment/")
 	if ev := <-blocks; ev.Type != datastore.KVReset {
 		t.Fatalf("first IPAM event %+v, want the Reset", ev)
 	}
+	// Every source of the watch is past its start once one of them
+	// delivers a change.
+	create("probe", "10")
+	awaitEvent(t, events, 30*time.Second, "the watch to deliver a new policy", func(ev datastore.Event) bool {
+		return isPolicy(ev, datastore.Added, "probe")
+	})
+	revBefore := listRev()
 
 	c.StopAPIServer(t)
-	seen := awaitEvent(t, events, 20*time.Second, "an unreachable error", func(ev datastore.Event) bool {
-		return ev.Err != nil && errors.Is(ev.Err, datastore.ErrUnavailable)
-	})
-	if err := seen[len(seen)-1].Err; !strings.Contains(err.Error(), "kubernetes API server "+c.URL) {
-		t.Errorf("unreachable error %q does not name the API server %s", err, c.URL)
-	}
-	for _, ev := range seen {
-		if ev.Err == nil {
-			t.Errorf("while the API server stops: event %v %v, want only errors", ev.Type, ev.Object)
+	unreachable := func(ch <-chan datastore.Event, name string) {
+		t.Helper()
+		seen := awaitEvent(t, ch, 20*time.Second, name+": an unreachable error", func(ev datastore.Event) bool {
+			return ev.Err != nil && errors.Is(ev.Err, datastore.ErrUnavailable)
+		})
+		if err := seen[len(seen)-1].Err; !strings.Contains(err.Error(), "kubernetes API server "+c.URL) {
+			t.Errorf("%s: unreachable error %q does not name the API server %s", name, err, c.URL)
+		}
+		for _, ev := range seen {
+			if ev.Err == nil {
+				t.Errorf("%s, while the API server is down: event %v %v, want only errors", name, ev.Type, ev.Object)
+			}
 		}
 	}
+	unreachable(events, "the watch")
+	during := s.Watch(wctx, "", revBefore+1)
+	unreachable(during, "a watch started in the outage")
+
+	// Meanwhile another API server changes "before" and deletes "gone".
+	behindTheBack(t, ctx, c.EtcdEndpoints, "networkpolicies", func(name string, obj map[string]any) (map[string]any, bool) {
+		switch {
+		case strings.HasSuffix(name, "before"):
+			obj["spec"].(map[string]any)["order"] = 15
+			return obj, true
+		case strings.HasSuffix(name, "gone"):
+			return nil, true
+		}
+		return nil, false
+	})
 
 	c.RestartAPIServer(t)
-	seen = awaitEvent(t, events, 60*time.Second, "InSync after the restart", func(ev datastore.Event) bool { return ev.Type == datastore.InSync })
-	for _, ev := range seen {
-		if ev.Type == datastore.Reset || ev.Object != nil {
-			t.Errorf("before InSync: event %v %v; nothing changed, want errors only", ev.Type, ev.Object)
+	watches := []struct {
+		name string
+		ch   <-chan datastore.Event
+	}{{"the resumed watch", events}, {"a watch started in the outage", during}}
+	for _, w := range watches {
+		// Both changes arrive before the InSync: a consumer that counts
+		// itself current on InSync is.
+		var modified, deleted bool
+		for _, ev := range awaitEvent(t, w.ch, 60*time.Second, w.name+": InSync after the restart", func(ev datastore.Event) bool {
+			return ev.Type == datastore.InSync
+		}) {
+			switch {
+			case ev.Type == datastore.Reset:
+				t.Errorf("%s: a Reset after the restart; want the changes as ordinary events", w.name)
+			case isPolicy(ev, datastore.Modified, "before"):
+				o := ev.Object.(*api.NetworkPolicy)
+				modified = o.Spec.Order != nil && *o.Spec.Order == 15
+			case isPolicy(ev, datastore.Deleted, "gone"):
+				deleted = true
+			}
+		}
+		if !modified || !deleted {
+			t.Errorf("%s: before InSync, policy before changed to order 15: %v, policy gone deleted: %v; want both",
+				w.name, modified, deleted)
 		}
 	}
 	// A fresh watch, as an agent started during the outage begins.
-	_, rev2, err := s.List(ctx, "NetworkPolicy", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresh := s.Watch(wctx, "", rev2+1)
+	fresh := s.Watch(wctx, "", listRev()+1)
+	watches = append(watches, struct {
+		name string
+		ch   <-chan datastore.Event
+	}{"a watch started after the restart", fresh})
 
 	changed := decodeDocs(t, policyYAML("before", "20"))[0]
 	if _, err := s.Update(ctx, changed); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range decodeDocs(t, policyYAML("after", "30")) {
-		if _, err := s.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, ch := range map[string]<-chan datastore.Event{"the resumed watch": events, "a watch started after the restart": fresh} {
-		ev := awaitEvent(t, ch, 30*time.Second, name+": the changed policy", func(ev datastore.Event) bool {
+	create("after", "30")
+	for _, w := range watches {
+		ev := awaitEvent(t, w.ch, 30*time.Second, w.name+": the changed policy", func(ev datastore.Event) bool {
 			return isPolicy(ev, datastore.Modified, "before")
 		})
 		if o := ev[len(ev)-1].Object.(*api.NetworkPolicy); o.Spec.Order == nil || *o.Spec.Order != 20 {
-			t.Errorf("%s: changed policy's order %v, want 20", name, o.Spec.Order)
+			t.Errorf("%s: changed policy's order %v, want 20", w.name, o.Spec.Order)
 		}
-		awaitEvent(t, ch, 30*time.Second, name+": the new policy", func(ev datastore.Event) bool {
+		awaitEvent(t, w.ch, 30*time.Second, w.name+": the new policy", func(ev datastore.Event) bool {
 			return isPolicy(ev, datastore.Added, "after")
 		})
 	}
@@ -144,4 +198,49 @@ func kvEvents(ctx context.Context, in <-chan datastore.KVEvent) <-chan datastore
 		}
 	}()
 	return out
+}
+
+// behindTheBack rewrites the custom resources of plural straight in etcd,
+// as another API server of the cluster would store its writes: change
+// returns the new object and true, or nil and true to delete it, or false
+// to leave it.
+func behindTheBack(t *testing.T, ctx context.Context, endpoints []string, plural string, change func(name string, obj map[string]any) (map[string]any, bool)) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := "/registry/crd.projectcalico.org/" + plural + "/"
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for _, kv := range resp.Kvs {
+		var obj map[string]any
+		if err := json.Unmarshal(kv.Value, &obj); err != nil {
+			t.Fatalf("%s: %v", kv.Key, err)
+		}
+		name := string(kv.Key[strings.LastIndexByte(string(kv.Key), '/')+1:])
+		out, ok := change(name, obj)
+		switch {
+		case !ok:
+			continue
+		case out == nil:
+			_, err = cli.Delete(ctx, string(kv.Key))
+		default:
+			var b []byte
+			if b, err = json.Marshal(out); err == nil {
+				_, err = cli.Put(ctx, string(kv.Key), string(b))
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", kv.Key, err)
+		}
+		changed++
+	}
+	if changed == 0 {
+		t.Fatalf("nothing under %s to change", prefix)
+	}
 }

@@ -77,6 +77,7 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 		}
 	}
 	reset := fromRevision < 0
+	seedFailed := false
 	for !reset {
 		ok := true
 		for _, w := range ws {
@@ -93,7 +94,7 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 				break
 			}
 			if err != nil {
-				ok = false
+				ok, seedFailed = false, true
 				if !w.fail(ctx, fmt.Errorf("list %s: %w", w.src.resource, err)) {
 					return
 				}
@@ -135,6 +136,18 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 			return
 		}
 	}
+	if seedFailed && !reset {
+		// Seeded at the caller's revision after a failure (the API server
+		// was unreachable): a watch from that revision would replay what
+		// changed since only after the server accepted it, which is when
+		// a source counts as current. So every source lists afresh and
+		// sends the difference before it watches, and InSync waits for
+		// all of them.
+		health.stale(ws)
+		for _, w := range ws {
+			w.relistFirst = true
+		}
+	}
 	done := make(chan struct{}, len(ws))
 	for _, w := range ws {
 		go func() {
@@ -160,6 +173,9 @@ type sourceWatch struct {
 	state  map[string][]api.Object
 	rv     int64
 	wait   time.Duration
+	// relistFirst makes run list afresh, and send the difference from
+	// the seeded state, before its first watch.
+	relistFirst bool
 }
 
 // watchHealth is which sources of one Watch failed last time they tried
@@ -182,6 +198,16 @@ func (h *watchHealth) failed(ctx context.Context, w *sourceWatch, ev datastore.E
 	defer h.mu.Unlock()
 	h.failing[w] = true
 	return datastore.Send(ctx, h.out, ev)
+}
+
+// stale marks every source of ws failing without an error of its own:
+// each is current again only once it watches (see watching).
+func (h *watchHealth) stale(ws []*sourceWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range ws {
+		h.failing[w] = true
+	}
 }
 
 // watching marks w current (its watch was accepted after the relist
@@ -265,7 +291,7 @@ func (w *sourceWatch) objects() []api.Object {
 // run watches from w.rv until ctx ends, resuming after every end of the
 // stream and relisting when the revision has expired or the watch failed.
 func (w *sourceWatch) run(ctx context.Context) {
-	relist := false
+	relist := w.relistFirst
 	for ctx.Err() == nil {
 		if relist {
 			state, rev, err := w.list(ctx, "")

@@ -70,6 +70,10 @@ type Cluster struct {
 	Kubectl string
 	// Dir holds certificates, kubeconfigs and the components' logs.
 	Dir string
+	// EtcdEndpoints are the API server's etcd (client URLs), for tests
+	// that write behind its back as another API server of the cluster
+	// would while this one is down.
+	EtcdEndpoints []string
 
 	// api is the running kube-apiserver and what restarts it.
 	api *apiServer
@@ -148,7 +152,8 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
-	c := &Cluster{Dir: dir, CAFile: p.CACert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+	c := &Cluster{Dir: dir, CAFile: p.CACert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
+		EtcdEndpoints: etcd.Endpoints}
 
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
