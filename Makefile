@@ -20,7 +20,7 @@ RUN_ARGS ?=
 # Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379".
 DEMO_ARGS ?=
 
-.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
+.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane bench-kdd-scale clean
 
 all: build
 
@@ -78,6 +78,15 @@ bench-cni: deps build
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
+
+# The Kubernetes API as the datastore at scale: a real kube-apiserver holding
+# a seeded 100-node cluster (3,000 pods), and fleets of 1, 10, 50 and 100
+# simulated agents (one process each: confwatch and the IPAM watches, no
+# kernel): watches held, API server CPU and RSS, start-up, change-to-all-agents
+# latency and burst throughput. KDD_SCALE_AGENTS, KDD_SCALE_NODES,
+# KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST scale it.
+bench-kdd-scale: kube-bins
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkKDDScale -benchtime 1x -timeout 60m ./confwatch/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

@@ -1,0 +1,758 @@
+package confwatch
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+)
+
+// The KDD scale harness: K simulated agents (kddscale_agent_test.go), each
+// its own process with its own watches, against a real kube-apiserver
+// holding a seeded cluster (kddscale_seed_test.go). For each K it measures
+// what the API server carries (watches, CPU, RSS, events sent) and what the
+// agents see (time to in-sync, time for a change to reach all of them).
+// docs/benchmarks.md has the figures and the model built on them.
+
+// scaleParams says what one run measures.
+type scaleParams struct {
+	shape   clusterShape
+	agents  []int         // K values, one fleet each, in order
+	perProc int           // agents per child process
+	probes  int           // GlobalNetworkPolicy changes and pod label changes timed, each
+	burst   int           // pods relabelled at once for the throughput figure
+	idle    time.Duration // window for the API server's idle CPU with K agents
+}
+
+// scaleParamsFromEnv is the benchmark's configuration: a 100-node cluster
+// and fleets of 1, 10, 50 and 100 agents unless the environment says
+// otherwise.
+func scaleParamsFromEnv(tb testing.TB) scaleParams {
+	p := scaleParams{
+		shape:   clusterShape{nodes: 100, podsPerNode: 30, namespaces: 20, gnps: 50, netsets: 10},
+		agents:  []int{1, 10, 50, 100},
+		perProc: 1,
+		probes:  20,
+		burst:   300,
+		idle:    10 * time.Second,
+	}
+	for env, dst := range map[string]*int{
+		"KDD_SCALE_NODES": &p.shape.nodes, "KDD_SCALE_PODS_PER_NODE": &p.shape.podsPerNode,
+		"KDD_SCALE_PER_PROC": &p.perProc, "KDD_SCALE_PROBES": &p.probes, "KDD_SCALE_BURST": &p.burst,
+	} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				tb.Fatalf("%s=%q: want a positive number", env, v)
+			}
+			*dst = n
+		}
+	}
+	if v := os.Getenv("KDD_SCALE_AGENTS"); v != "" {
+		p.agents = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				tb.Fatalf("KDD_SCALE_AGENTS=%q: want K values like 10,50,100", v)
+			}
+			p.agents = append(p.agents, n)
+		}
+	}
+	return p
+}
+
+// BenchmarkKDDScale measures K simulated agents against a real
+// kube-apiserver; see docs/benchmarks.md.
+//
+// Run: make bench-kdd-scale (KDD_SCALE_AGENTS, KDD_SCALE_NODES,
+// KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST,
+// KDD_SCALE_PER_PROC change it).
+func BenchmarkKDDScale(b *testing.B) {
+	p := scaleParamsFromEnv(b)
+	c := startKDDCluster(b, p.shape)
+	var runs []scaleRun
+	for b.Loop() {
+		for _, k := range p.agents {
+			r := c.measure(b, k, p)
+			runs = append(runs, r)
+			b.Logf("K=%d\n%s", k, r.table())
+			pre := fmt.Sprintf("K%d-", k)
+			b.ReportMetric(r.watchesPerAgent(), pre+"watches/agent")
+			b.ReportMetric(ms(r.syncAll), pre+"sync-all-ms")
+			b.ReportMetric(ms(pct(r.gnpAll, 0.5)), pre+"gnp-p50-ms")
+			b.ReportMetric(ms(pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
+			b.ReportMetric(ms(pct(r.podAll, 0.5)), pre+"pod-p50-ms")
+			b.ReportMetric(ms(pct(r.podAll, 0.99)), pre+"pod-p99-ms")
+			b.ReportMetric(r.deliveredPerSec(), pre+"events/s")
+			b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
+		}
+	}
+	b.Logf("summary (%d nodes, %d pods):\n%s", p.shape.nodes, p.shape.pods()+1, summaryTable(runs))
+}
+
+// TestKDDScaleHarness runs the harness on a tiny cluster: every agent gets
+// in sync, holds its watches on the API server, and sees every policy
+// change, pod change and burst; the figures the benchmark reports are
+// filled in.
+func TestKDDScaleHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a kube-apiserver and agent processes")
+	}
+	p := scaleParams{
+		shape:   clusterShape{nodes: 3, podsPerNode: 4, namespaces: 2, gnps: 3, netsets: 1},
+		perProc: 2, // 3 agents in 2 processes: both ways of packing run
+		probes:  2,
+		burst:   5,
+	}
+	c := startKDDCluster(t, p.shape)
+	const k = 3
+	r := c.measure(t, k, p)
+	t.Logf("K=%d\n%s", k, r.table())
+	// Every Calico kind is at least one collection watched by each agent.
+	if min := float64(k * len(api.Kinds())); r.watches < min {
+		t.Errorf("API server holds %v more watches with %d agents, want at least %v", r.watches, k, min)
+	}
+	if r.watches != float64(k)*math.Round(r.watches/float64(k)) {
+		t.Errorf("API server holds %v more watches with %d agents: not the same number per agent", r.watches, k)
+	}
+	if len(r.gnpAll) != p.probes || len(r.podAll) != p.probes {
+		t.Errorf("timed %d policy and %d pod changes, want %d each", len(r.gnpAll), len(r.podAll), p.probes)
+	}
+	if len(r.gnpEach) != k*p.probes || len(r.podEach) != k*p.probes {
+		t.Errorf("%d/%d agent arrivals, want %d each", len(r.gnpEach), len(r.podEach), k*p.probes)
+	}
+	if r.burstAll <= 0 || r.updates < int64(k*(2*p.probes+p.burst)) {
+		t.Errorf("burst took %s, agents received %d updates: want every agent to see %d changes", r.burstAll, r.updates, 2*p.probes+p.burst)
+	}
+	if r.apiRSSAfter <= 0 || len(r.agentRSS) != 2 {
+		t.Errorf("API server RSS %d KiB, %d agent process RSS figures: want both measured", r.apiRSSAfter, len(r.agentRSS))
+	}
+}
+
+// scaleRun is what one fleet of K agents measured.
+type scaleRun struct {
+	k, procs int
+
+	watches      float64            // WATCH requests the API server holds for the fleet
+	watchesByRes map[string]float64 // of which per resource
+	lists        float64            // LIST requests while the fleet started
+
+	syncAll   time.Duration   // launch of the fleet to its last agent in sync
+	syncEach  []time.Duration // per agent: connect to in sync, in its process
+	startCPU  time.Duration   // API server CPU from launch to the last agent in sync
+	agentsCPU time.Duration   // all agents' CPU to that point
+
+	apiRSSBefore, apiRSSAfter int   // KiB, before the fleet started and once it held its watches
+	agentRSS                  []int // KiB per process, once in sync
+	idleCPU                   float64
+
+	gnpAll, podAll   []time.Duration // per change: write to the last agent having it
+	gnpEach, podEach []time.Duration // per change and agent
+	gnpWrite         []time.Duration // the Update call itself
+	podWrite         []time.Duration
+
+	burst       int
+	burstWrite  time.Duration // writers done
+	burstAll    time.Duration // writers start to the last agent having every change
+	burstAPICPU time.Duration
+	burstAgents time.Duration // agents' CPU during the burst
+	burstEvents float64       // watch events the API server sent during the burst
+	updates     int64         // updates all agents received after their snapshots
+	warnings    int64         // warnings all agents logged (watch failures, relists)
+	terminated  float64       // watchers the API server closed for being too slow
+}
+
+func (r scaleRun) watchesPerAgent() float64 { return r.watches / float64(r.k) }
+
+// deliveredPerSec is the burst's changes times the agents that all received
+// them, over the time until the last one had them.
+func (r scaleRun) deliveredPerSec() float64 {
+	if r.burstAll <= 0 {
+		return 0
+	}
+	return float64(r.k*r.burst) / r.burstAll.Seconds()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct is the q-quantile of ds (nearest rank); 0 for none.
+func pct(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func dist(ds []time.Duration) string {
+	return fmt.Sprintf("p50 %.1f / p99 %.1f / max %.1f ms", ms(pct(ds, 0.5)), ms(pct(ds, 0.99)), ms(pct(ds, 1)))
+}
+
+func (r scaleRun) table() string {
+	var sb strings.Builder
+	row := func(k, v string, args ...any) { fmt.Fprintf(&sb, "| %s | %s |\n", k, fmt.Sprintf(v, args...)) }
+	sumRSS := 0
+	for _, v := range r.agentRSS {
+		sumRSS += v
+	}
+	var byRes []string
+	for res, n := range r.watchesByRes {
+		byRes = append(byRes, fmt.Sprintf("%s %v", res, n))
+	}
+	slices.Sort(byRes)
+	row("agents (processes)", "%d (%d)", r.k, r.procs)
+	row("watches held", "%v (%.1f per agent): %s", r.watches, r.watchesPerAgent(), strings.Join(byRes, ", "))
+	row("LIST requests at start", "%v (%.1f per agent)", r.lists, r.lists/float64(r.k))
+	row("launch → all in sync", "%.0f ms", ms(r.syncAll))
+	row("per agent: connect → in sync", "%s", dist(r.syncEach))
+	row("API server CPU, start-up", "%.2f s (%.1f ms per agent)", r.startCPU.Seconds(), ms(r.startCPU)/float64(r.k))
+	row("agent CPU, start-up", "%.1f ms per agent", ms(r.agentsCPU)/float64(r.k))
+	row("API server RSS", "%.0f MB before, %.0f MB with the agents (+%.1f MB, %.0f KB per agent)",
+		float64(r.apiRSSBefore)/1024, float64(r.apiRSSAfter)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/float64(r.k))
+	row("agent process RSS", "%.1f MB mean (%d per process)", float64(sumRSS)/float64(max(1, len(r.agentRSS)))/1024, (r.k+r.procs-1)/r.procs)
+	row("API server CPU, idle with agents", "%.3f cores", r.idleCPU)
+	row("GlobalNetworkPolicy update → all agents", "%s (%d changes; the write: %s)", dist(r.gnpAll), len(r.gnpAll), dist(r.gnpWrite))
+	row("… → each agent", "%s", dist(r.gnpEach))
+	row("pod label change → all agents", "%s (%d changes; the write: %s)", dist(r.podAll), len(r.podAll), dist(r.podWrite))
+	row("… → each agent", "%s", dist(r.podEach))
+	row("burst: pods relabelled", "%d by %d writers, written in %.0f ms", r.burst, seedWorkers, ms(r.burstWrite))
+	row("burst → all agents have all", "%.0f ms: %.0f updates/s delivered (%d × %d)", ms(r.burstAll), r.deliveredPerSec(), r.k, r.burst)
+	row("watch events sent by the API server in the burst", "%v (%.0f/s)", r.burstEvents, r.burstEvents/max(r.burstAll.Seconds(), 1e-9))
+	row("API server CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.burstAPICPU.Seconds(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)))
+	row("agent CPU in the burst", "%.1f ms per agent (%.0f µs per update)", ms(r.burstAgents)/float64(r.k), float64(r.burstAgents.Microseconds())/float64(max(1, r.k*r.burst)))
+	row("updates received / warnings / watchers terminated", "%d / %d / %v", r.updates, r.warnings, r.terminated)
+	return sb.String()
+}
+
+func summaryTable(runs []scaleRun) string {
+	var sb strings.Builder
+	sb.WriteString("| K | watches | sync all (ms) | API CPU start (s) | API RSS (MB) | agent RSS (MB) | idle API CPU | GNP→all p50/p99 (ms) | pod→all p50/p99 (ms) | burst updates/s | API µs/update |\n")
+	for _, r := range runs {
+		sum := 0
+		for _, v := range r.agentRSS {
+			sum += v
+		}
+		fmt.Fprintf(&sb, "| %d | %v | %.0f | %.2f | %.0f | %.1f | %.3f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f |\n",
+			r.k, r.watches, ms(r.syncAll), r.startCPU.Seconds(), float64(r.apiRSSAfter)/1024,
+			float64(sum)/float64(max(1, len(r.agentRSS)))/1024, r.idleCPU,
+			ms(pct(r.gnpAll, 0.5)), ms(pct(r.gnpAll, 0.99)), ms(pct(r.podAll, 0.5)), ms(pct(r.podAll, 0.99)),
+			r.deliveredPerSec(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)))
+	}
+	return sb.String()
+}
+
+// measure starts a fleet of k agents, measures it, and stops it.
+func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
+	tb.Helper()
+	ctx := context.Background()
+	r := scaleRun{k: k, burst: p.burst}
+	apiPID := c.kc.APIServerPID
+	before := c.scrape(tb)
+	r.apiRSSBefore = mustRSS(tb, apiPID)
+
+	tokens := make([]string, k)
+	for i := range tokens {
+		tokens[i] = c.kc.Token(tb, "kube-system", "calico-node", 2*time.Hour)
+	}
+	cpu0 := mustCPU(tb, apiPID)
+	f := c.startFleet(tb, tokens, p.perProc)
+	defer f.stop(tb)
+	r.procs = len(f.procs)
+	if !f.wait(5*time.Minute, func() bool { return len(f.synced) == k }) {
+		tb.Fatalf("%d of %d agents in sync after 5 minutes%s", len(f.synced), k, f.problems())
+	}
+	r.startCPU = mustCPU(tb, apiPID) - cpu0
+	var last time.Time
+	for _, s := range f.synced {
+		r.syncEach = append(r.syncEach, s[1].Sub(s[0]))
+		if s[1].After(last) {
+			last = s[1]
+		}
+	}
+	r.syncAll = last.Sub(f.launched)
+	r.agentsCPU = f.cpu(tb)
+
+	// The watches open after in-sync (confwatch resumes from the list's
+	// revision); count them once their number has settled.
+	var after promSamples
+	prev := -1.0
+	for range 120 {
+		time.Sleep(500 * time.Millisecond)
+		after = c.scrape(tb)
+		w := after.sum("apiserver_longrunning_requests", "verb", "WATCH") - before.sum("apiserver_longrunning_requests", "verb", "WATCH")
+		if w == prev && w >= float64(k*len(api.Kinds())) {
+			break
+		}
+		prev = w
+	}
+	r.watches = after.sum("apiserver_longrunning_requests", "verb", "WATCH") - before.sum("apiserver_longrunning_requests", "verb", "WATCH")
+	r.watchesByRes = map[string]float64{}
+	for res, n := range after.by("apiserver_longrunning_requests", "resource", "verb", "WATCH") {
+		if d := n - before.by("apiserver_longrunning_requests", "resource", "verb", "WATCH")[res]; d != 0 {
+			r.watchesByRes[res] = d
+		}
+	}
+	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - before.sum("apiserver_request_total", "verb", "LIST")
+	r.apiRSSAfter = mustRSS(tb, apiPID)
+	for _, fp := range f.procs {
+		r.agentRSS = append(r.agentRSS, mustRSS(tb, fp.proc.Cmd.Process.Pid))
+	}
+	if p.idle > 0 {
+		c0 := mustCPU(tb, apiPID)
+		time.Sleep(p.idle)
+		r.idleCPU = (mustCPU(tb, apiPID) - c0).Seconds() / p.idle.Seconds()
+	}
+
+	// Latency: one change at a time until every agent has it.
+	for range p.probes {
+		c.gen++
+		gen := c.gen
+		obj, err := c.store.Get(ctx, "GlobalNetworkPolicy", "", probeGNP)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		gnp := obj.(*api.GlobalNetworkPolicy)
+		gnp.Labels[probeLabel] = strconv.Itoa(gen)
+		gnp.Spec.Order = new(float64(50 + gen%7))
+		t0 := time.Now()
+		if _, err := c.store.Update(ctx, gnp); err != nil {
+			tb.Fatal(err)
+		}
+		r.gnpWrite = append(r.gnpWrite, time.Since(t0))
+		all, each := f.arrivals(tb, "gnp", gen, t0, k)
+		r.gnpAll, r.gnpEach = append(r.gnpAll, all), append(r.gnpEach, each...)
+	}
+	for range p.probes {
+		c.gen++
+		gen := c.gen
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"%d"}}}`, probeLabel, gen)
+		t0 := time.Now()
+		if _, err := c.kc.Client.CoreV1().Pods(probeNamespace).Patch(ctx, probePod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			tb.Fatal(err)
+		}
+		r.podWrite = append(r.podWrite, time.Since(t0))
+		all, each := f.arrivals(tb, "wep", gen, t0, k)
+		r.podAll, r.podEach = append(r.podAll, all), append(r.podEach, each...)
+	}
+
+	// Throughput: p.burst pods relabelled by concurrent writers; every
+	// agent must receive every change.
+	c.gen++
+	id := "b" + strconv.Itoa(c.gen)
+	f.command(tb, fmt.Sprintf("burst %s %d", id, p.burst))
+	m0, api0, ag0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb)
+	t0 := time.Now()
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, burstLabel, id))
+	parallel(tb, p.burst, func(i int) error {
+		ns, name := c.podName(i)
+		_, err := c.kc.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	r.burstWrite = time.Since(t0)
+	if !f.wait(5*time.Minute, func() bool { return len(f.bursts[id]) == k }) {
+		tb.Fatalf("%d of %d agents saw the whole burst%s", len(f.bursts[id]), k, f.problems())
+	}
+	for _, t := range f.bursts[id] {
+		r.burstAll = max(r.burstAll, t.Sub(t0))
+	}
+	r.burstAPICPU, r.burstAgents = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0
+	m1 := c.scrape(tb)
+	r.burstEvents = m1.sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
+	r.terminated = m1.sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
+	r.updates, r.warnings = f.stats(tb, k)
+	if r.warnings > 0 {
+		tb.Logf("agents logged %d warnings; the first process's log:\n%s", r.warnings, f.procs[0].stderr.Tail(20))
+	}
+	return r
+}
+
+// podName is the namespace and name of the i-th seeded pod.
+func (c *kddCluster) podName(i int) (string, string) {
+	app := fmt.Sprintf("app%d", i%20)
+	return fmt.Sprintf("ns-%02d", i%c.shape.namespaces), fmt.Sprintf("%s-%s-%05d", app, "7d9f8b6c5", i)
+}
+
+// fleet is a set of agent processes and what they reported.
+type fleet struct {
+	procs    []*fleetProc
+	launched time.Time
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every report
+	synced  map[int][2]time.Time
+	seen    map[string]map[int]time.Time // "gnp 3" -> agent -> arrival
+	bursts  map[string]map[int]time.Time
+	stat    map[int][2]int64
+	errs    []string
+	exited  int
+}
+
+type fleetProc struct {
+	proc   *proctest.Proc
+	stdin  io.WriteCloser
+	stderr *proctest.Log
+}
+
+func (c *kddCluster) startFleet(tb testing.TB, tokens []string, perProc int) *fleet {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fleet{changed: make(chan struct{}), synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
+		bursts: map[string]map[int]time.Time{}, stat: map[int][2]int64{}}
+	f.launched = time.Now()
+	for first := 0; first < len(tokens); first += perProc {
+		n := min(perProc, len(tokens)-first)
+		cmd := exec.Command(exe)
+		cmd.Env = append(proctest.EnvWithout("KUBECONFIG=", "CALICO_KDD_SCALE_", "FELIX_"),
+			agentEnv+"="+strconv.Itoa(first), agentAPIEnv+"="+c.kc.URL, agentCAEnv+"="+c.kc.CAFile,
+			agentTokensEnv+"="+strings.Join(tokens[first:first+n], ","))
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// A pipe of our own rather than StdoutPipe: the reader, not
+		// Wait, decides when the output has all been read.
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cmd.Stdout = wr
+		fp := &fleetProc{stdin: stdin, stderr: &proctest.Log{}}
+		cmd.Stderr = fp.stderr
+		fp.proc, err = proctest.Launch(fmt.Sprintf("agent-%d", first), cmd)
+		wr.Close()
+		if err != nil {
+			rd.Close()
+			tb.Fatal(err)
+		}
+		f.procs = append(f.procs, fp)
+		go f.read(rd)
+	}
+	return f
+}
+
+func (f *fleet) read(rd *os.File) {
+	defer rd.Close()
+	sc := bufio.NewScanner(rd)
+	for sc.Scan() {
+		f.report(strings.Fields(sc.Text()))
+	}
+	f.mu.Lock()
+	f.exited++
+	f.notifyLocked()
+	f.mu.Unlock()
+}
+
+func (f *fleet) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func unixNano(s string) time.Time {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.Unix(0, n)
+}
+
+func (f *fleet) report(fs []string) {
+	if len(fs) < 2 {
+		return
+	}
+	agent, _ := strconv.Atoi(fs[1])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.notifyLocked()
+	switch {
+	case fs[0] == "synced" && len(fs) == 4:
+		f.synced[agent] = [2]time.Time{unixNano(fs[2]), unixNano(fs[3])}
+	case fs[0] == "seen" && len(fs) == 5:
+		key := fs[2] + " " + fs[3]
+		if f.seen[key] == nil {
+			f.seen[key] = map[int]time.Time{}
+		}
+		f.seen[key][agent] = unixNano(fs[4])
+	case fs[0] == "burst" && len(fs) == 4:
+		if f.bursts[fs[2]] == nil {
+			f.bursts[fs[2]] = map[int]time.Time{}
+		}
+		f.bursts[fs[2]][agent] = unixNano(fs[3])
+	case fs[0] == "stats" && len(fs) == 4:
+		u, _ := strconv.ParseInt(fs[2], 10, 64)
+		w, _ := strconv.ParseInt(fs[3], 10, 64)
+		f.stat[agent] = [2]int64{u, w}
+	default:
+		f.errs = append(f.errs, strings.Join(fs, " "))
+	}
+}
+
+// wait polls cond, under the fleet's lock, after every report until it
+// holds; false after timeout or once an agent failed or exited.
+func (f *fleet) wait(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		ok, broken, ch := cond(), len(f.errs) > 0 || f.exited > 0, f.changed
+		f.mu.Unlock()
+		switch {
+		case ok:
+			return true
+		case broken:
+			return false
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// problems describes failed agents for a failure message.
+func (f *fleet) problems() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var sb strings.Builder
+	for _, e := range f.errs {
+		sb.WriteString("\n" + e)
+	}
+	for _, fp := range f.procs {
+		if !fp.proc.Running() {
+			fmt.Fprintf(&sb, "\n%s exited (%v):\n%s", fp.proc.Name, fp.proc.Err(), fp.stderr.Tail(20))
+		}
+	}
+	return sb.String()
+}
+
+// arrivals waits until all k agents have generation gen of the probe and
+// returns the latency to the last of them and to each.
+func (f *fleet) arrivals(tb testing.TB, probe string, gen int, t0 time.Time, k int) (time.Duration, []time.Duration) {
+	tb.Helper()
+	key := probe + " " + strconv.Itoa(gen)
+	if !f.wait(time.Minute, func() bool { return len(f.seen[key]) == k }) {
+		tb.Fatalf("%s generation %d reached %d of %d agents within a minute%s", probe, gen, len(f.seen[key]), k, f.problems())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all time.Duration
+	var each []time.Duration
+	for _, t := range f.seen[key] {
+		d := t.Sub(t0)
+		each = append(each, d)
+		all = max(all, d)
+	}
+	return all, each
+}
+
+func (f *fleet) command(tb testing.TB, line string) {
+	tb.Helper()
+	for _, fp := range f.procs {
+		if _, err := io.WriteString(fp.stdin, line+"\n"); err != nil {
+			tb.Fatalf("%s: %v", fp.proc.Name, err)
+		}
+	}
+}
+
+// stats asks every agent for its counters.
+func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64) {
+	tb.Helper()
+	f.mu.Lock()
+	clear(f.stat)
+	f.mu.Unlock()
+	f.command(tb, "stats")
+	if !f.wait(time.Minute, func() bool { return len(f.stat) == k }) {
+		tb.Fatalf("stats from %d of %d agents%s", len(f.stat), k, f.problems())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.stat {
+		updates += s[0]
+		warnings += s[1]
+	}
+	return updates, warnings
+}
+
+// cpu is the CPU time all agent processes have used.
+func (f *fleet) cpu(tb testing.TB) time.Duration {
+	var sum time.Duration
+	for _, fp := range f.procs {
+		sum += mustCPU(tb, fp.proc.Cmd.Process.Pid)
+	}
+	return sum
+}
+
+// stop closes every agent's stdin (the agents return) and waits for them.
+func (f *fleet) stop(tb testing.TB) {
+	for _, fp := range f.procs {
+		fp.stdin.Close()
+	}
+	for _, fp := range f.procs {
+		select {
+		case <-fp.proc.Done():
+		case <-time.After(10 * time.Second):
+			fp.proc.Kill()
+		}
+	}
+}
+
+// procCPU is the user+system CPU time of process pid, from /proc (clock
+// ticks of 10 ms: USER_HZ is 100 on Linux).
+func procCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; fields start after its ")".
+	s := string(data)
+	fs := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fs))
+	}
+	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, fs[11], fs[12])
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// procRSS is the resident memory of process pid in KiB.
+func procRSS(pid int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.Atoi(strings.Fields(rest)[0])
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+func mustCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	d, err := procCPU(pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+func mustRSS(tb testing.TB, pid int) int {
+	tb.Helper()
+	n, err := procRSS(pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// promSamples is a scrape of a Prometheus text endpoint: name -> samples.
+type promSamples map[string][]promSample
+
+type promSample struct {
+	labels map[string]string
+	value  float64
+}
+
+var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
+
+func parseProm(text string) promSamples {
+	out := promSamples{}
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		head := line[:sp]
+		name, labels, _ := strings.Cut(head, "{")
+		s := promSample{labels: map[string]string{}, value: v}
+		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
+			s.labels[m[1]] = m[2]
+		}
+		out[name] = append(out[name], s)
+	}
+	return out
+}
+
+// sum adds the samples of name whose labels match the pairs given.
+func (p promSamples) sum(name string, match ...string) float64 {
+	total := 0.0
+	for _, s := range p[name] {
+		if s.matches(match) {
+			total += s.value
+		}
+	}
+	return total
+}
+
+// by sums the matching samples of name per value of label.
+func (p promSamples) by(name, label string, match ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range p[name] {
+		if s.matches(match) {
+			out[s.labels[label]] += s.value
+		}
+	}
+	return out
+}
+
+func (s promSample) matches(pairs []string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if s.labels[pairs[i]] != pairs[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+// scrape reads the API server's /metrics as admin.
+func (c *kddCluster) scrape(tb testing.TB) promSamples {
+	tb.Helper()
+	if c.metrics == nil {
+		hc, err := rest.HTTPClientFor(c.kc.Config)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c.metrics = hc
+	}
+	resp, err := c.metrics.Get(c.kc.URL + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		tb.Fatalf("API server /metrics: HTTP %d, %v", resp.StatusCode, err)
+	}
+	return parseProm(string(body))
+}
