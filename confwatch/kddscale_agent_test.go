@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,9 @@ import (
 //	synced <agent> <start> <synced>     confwatch in sync (start: before connecting)
 //	seen <agent> <gnp|wep> <gen> <t>    the probe object at generation gen is in the cache
 //	burst <agent> <id> <t>              every pod of burst id has its label in the cache
-//	stats <agent> <updates> <warnings>  updates received after the snapshot; logged warnings
+//	stats <agent> <updates> <warnings> <heap>
+//	                                    updates received after the snapshot; logged
+//	                                    warnings; live heap of the process (bytes)
 //	error <agent> <message>             the agent could not start
 //
 // and writes commands to its stdin, one a line: "burst <id> <pods>" (expect
@@ -102,8 +105,13 @@ func agentProcessMain(firstArg string) int {
 				a.expectBurst(f[1], n)
 			}
 		case len(f) == 1 && f[0] == "stats":
+			// The live heap of the whole process, after a collection:
+			// what its agents' caches hold, without garbage.
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
 			for _, a := range agents {
-				a.report()
+				a.report(ms.HeapAlloc)
 			}
 		}
 	}
@@ -227,10 +235,10 @@ func (a *simAgent) checkBurstLocked(id string, now time.Time) {
 	}
 }
 
-func (a *simAgent) report() {
+func (a *simAgent) report(heap uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.out.printf("stats %d %d %d", a.id, a.updates, a.warnings.Load())
+	a.out.printf("stats %d %d %d %d", a.id, a.updates, a.warnings.Load(), heap)
 }
 
 // countingHandler counts the records it passes on: a watch that fails or

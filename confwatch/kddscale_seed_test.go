@@ -259,7 +259,7 @@ func (c *kddCluster) seed(tb testing.TB) {
 		}
 		return nil
 	})
-	tb.Logf("seeded %d nodes, %d pods, %d namespaces, %d GlobalNetworkPolicies, %d Kubernetes NetworkPolicies in %s",
+	fmt.Printf("seeded %d nodes, %d pods, %d namespaces, %d GlobalNetworkPolicies, %d Kubernetes NetworkPolicies in %s\n",
 		s.nodes, total+1, s.namespaces, s.gnps+1, 5*s.namespaces, time.Since(t0).Round(time.Millisecond))
 }
 

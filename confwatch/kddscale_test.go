@@ -93,7 +93,8 @@ func BenchmarkKDDScale(b *testing.B) {
 		for _, k := range p.agents {
 			r := c.measure(b, k, p)
 			runs = append(runs, r)
-			b.Logf("K=%d\n%s", k, r.table())
+			// Printed, not logged: a benchmark's log is cut to a few lines.
+			fmt.Printf("K=%d, %d nodes, %d pods\n%s\n", k, p.shape.nodes, p.shape.pods()+1, r.table())
 			pre := fmt.Sprintf("K%d-", k)
 			b.ReportMetric(r.watchesPerAgent(), pre+"watches/agent")
 			b.ReportMetric(ms(r.syncAll), pre+"sync-all-ms")
@@ -105,7 +106,7 @@ func BenchmarkKDDScale(b *testing.B) {
 			b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
 		}
 	}
-	b.Logf("summary (%d nodes, %d pods):\n%s", p.shape.nodes, p.shape.pods()+1, summaryTable(runs))
+	fmt.Printf("summary (%d nodes, %d pods):\n%s\n", p.shape.nodes, p.shape.pods()+1, summaryTable(runs))
 }
 
 // TestKDDScaleHarness runs the harness on a tiny cluster: every agent gets
@@ -160,8 +161,11 @@ type scaleRun struct {
 	startCPU  time.Duration   // API server CPU from launch to the last agent in sync
 	agentsCPU time.Duration   // all agents' CPU to that point
 
-	apiRSSBefore, apiRSSAfter int   // KiB, before the fleet started and once it held its watches
-	agentRSS                  []int // KiB per process, once in sync
+	apiRSSBefore, apiRSSAfter int     // KiB, before the fleet started and once it held its watches
+	agentRSS                  []int   // KiB per process, once in sync
+	agentHeap                 float64 // bytes: live heap per process after the burst
+	apiGoroutines             float64 // the API server's goroutines added by the fleet
+	apiHeapBefore, apiHeap    float64 // the API server's heap in use, bytes
 	idleCPU                   float64
 
 	gnpAll, podAll   []time.Duration // per change: write to the last agent having it
@@ -229,7 +233,10 @@ func (r scaleRun) table() string {
 	row("agent CPU, start-up", "%.1f ms per agent", ms(r.agentsCPU)/float64(r.k))
 	row("API server RSS", "%.0f MB before, %.0f MB with the agents (+%.1f MB, %.0f KB per agent)",
 		float64(r.apiRSSBefore)/1024, float64(r.apiRSSAfter)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/float64(r.k))
-	row("agent process RSS", "%.1f MB mean (%d per process)", float64(sumRSS)/float64(max(1, len(r.agentRSS)))/1024, (r.k+r.procs-1)/r.procs)
+	row("API server heap in use, goroutines", "%.0f MB before, %.0f MB with the agents; +%v goroutines (%.1f per watch)",
+		r.apiHeapBefore/(1<<20), r.apiHeap/(1<<20), r.apiGoroutines, r.apiGoroutines/max(r.watches, 1))
+	row("agent process RSS, live heap", "%.1f MB RSS once in sync, %.1f MB live heap (%d agents per process)",
+		float64(sumRSS)/float64(max(1, len(r.agentRSS)))/1024, r.agentHeap/(1<<20), (r.k+r.procs-1)/r.procs)
 	row("API server CPU, idle with agents", "%.3f cores", r.idleCPU)
 	row("GlobalNetworkPolicy update → all agents", "%s (%d changes; the write: %s)", dist(r.gnpAll), len(r.gnpAll), dist(r.gnpWrite))
 	row("… → each agent", "%s", dist(r.gnpEach))
@@ -314,6 +321,8 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	}
 	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - before.sum("apiserver_request_total", "verb", "LIST")
 	r.apiRSSAfter = mustRSS(tb, apiPID)
+	r.apiGoroutines = after.sum("go_goroutines") - before.sum("go_goroutines")
+	r.apiHeapBefore, r.apiHeap = before.sum("go_memstats_heap_inuse_bytes"), after.sum("go_memstats_heap_inuse_bytes")
 	for _, fp := range f.procs {
 		r.agentRSS = append(r.agentRSS, mustRSS(tb, fp.proc.Cmd.Process.Pid))
 	}
@@ -379,9 +388,9 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	m1 := c.scrape(tb)
 	r.burstEvents = m1.sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
 	r.terminated = m1.sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
-	r.updates, r.warnings = f.stats(tb, k)
+	r.updates, r.warnings, r.agentHeap = f.stats(tb, k)
 	if r.warnings > 0 {
-		tb.Logf("agents logged %d warnings; the first process's log:\n%s", r.warnings, f.procs[0].stderr.Tail(20))
+		tb.Logf("agents logged %d warnings; the first process's log ends:\n%s", r.warnings, f.procs[0].stderr.Tail(20))
 	}
 	return r
 }
@@ -402,7 +411,7 @@ type fleet struct {
 	synced  map[int][2]time.Time
 	seen    map[string]map[int]time.Time // "gnp 3" -> agent -> arrival
 	bursts  map[string]map[int]time.Time
-	stat    map[int][2]int64
+	stat    map[int][3]int64 // updates, warnings, process heap
 	errs    []string
 	exited  int
 }
@@ -420,7 +429,7 @@ func (c *kddCluster) startFleet(tb testing.TB, tokens []string, perProc int) *fl
 		tb.Fatal(err)
 	}
 	f := &fleet{changed: make(chan struct{}), synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
-		bursts: map[string]map[int]time.Time{}, stat: map[int][2]int64{}}
+		bursts: map[string]map[int]time.Time{}, stat: map[int][3]int64{}}
 	f.launched = time.Now()
 	for first := 0; first < len(tokens); first += perProc {
 		n := min(perProc, len(tokens)-first)
@@ -497,10 +506,12 @@ func (f *fleet) report(fs []string) {
 			f.bursts[fs[2]] = map[int]time.Time{}
 		}
 		f.bursts[fs[2]][agent] = unixNano(fs[3])
-	case fs[0] == "stats" && len(fs) == 4:
-		u, _ := strconv.ParseInt(fs[2], 10, 64)
-		w, _ := strconv.ParseInt(fs[3], 10, 64)
-		f.stat[agent] = [2]int64{u, w}
+	case fs[0] == "stats" && len(fs) == 5:
+		var st [3]int64
+		for i := range st {
+			st[i], _ = strconv.ParseInt(fs[2+i], 10, 64)
+		}
+		f.stat[agent] = st
 	default:
 		f.errs = append(f.errs, strings.Join(fs, " "))
 	}
@@ -574,8 +585,9 @@ func (f *fleet) command(tb testing.TB, line string) {
 	}
 }
 
-// stats asks every agent for its counters.
-func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64) {
+// stats asks every agent for its counters; heap is the mean live heap of
+// the processes.
+func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64, heap float64) {
 	tb.Helper()
 	f.mu.Lock()
 	clear(f.stat)
@@ -586,11 +598,17 @@ func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, s := range f.stat {
+	heaps := map[int64]bool{} // one figure per process, reported by each of its agents
+	perProc := max(1, (k+len(f.procs)-1)/len(f.procs))
+	for agent, s := range f.stat {
 		updates += s[0]
 		warnings += s[1]
+		if int64(agent)%int64(perProc) == 0 {
+			heap += float64(s[2])
+			heaps[int64(agent)] = true
+		}
 	}
-	return updates, warnings
+	return updates, warnings, heap / float64(max(1, len(heaps)))
 }
 
 // cpu is the CPU time all agent processes have used.
