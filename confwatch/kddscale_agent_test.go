@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -39,12 +41,20 @@ import (
 //	                                    updates received after the snapshot; logged
 //	                                    warnings; live heap of the process (bytes)
 //	error <agent> <message>             the agent could not start
+//	hub <addr> <start> <synced>         (fan-out process) serving on addr, in sync
 //
 // and writes commands to its stdin, one a line: "burst <id> <pods>" (expect
 // that many pods labelled bench-burst=<id>), "stats". EOF on stdin stops
 // the child.
+//
+// With the fan-out, one more child (agentEnv=hub) runs the Watcher over
+// the Kubernetes API and serves it (Server), and the agents' Watchers read
+// it through a Remote at agentFanOutEnv instead of watching the API server
+// themselves; they still open their own kdd.Store, for the IPAM watches,
+// which the fan-out does not carry.
 const (
-	agentEnv       = "CALICO_KDD_SCALE_AGENT" // index of the child's first agent
+	agentEnv       = "CALICO_KDD_SCALE_AGENT"  // index of the child's first agent, or "hub"
+	agentFanOutEnv = "CALICO_KDD_SCALE_FANOUT" // the hub's address, for agents that read it
 	agentAPIEnv    = "CALICO_KDD_SCALE_API"
 	agentCAEnv     = "CALICO_KDD_SCALE_CA"
 	agentTokensEnv = "CALICO_KDD_SCALE_TOKENS" // one per agent, comma-separated
@@ -78,6 +88,9 @@ func (l *lineWriter) printf(format string, args ...any) {
 }
 
 func agentProcessMain(firstArg string) int {
+	if firstArg == "hub" {
+		return hubProcessMain()
+	}
 	first, err := strconv.Atoi(firstArg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", agentEnv, firstArg, err)
@@ -118,6 +131,37 @@ func agentProcessMain(firstArg string) int {
 	return 0
 }
 
+// hubProcessMain runs the fan-out: one Watcher over the Kubernetes API,
+// served on a loopback port, until stdin closes.
+func hubProcessMain() int {
+	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("hub", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Logger: logger, Kube: datastore.KubeConfig{
+		APIEndpoint: os.Getenv(agentAPIEnv), CAFile: os.Getenv(agentCAEnv), Token: os.Getenv(agentTokensEnv),
+	}})
+	if err != nil {
+		out.printf("error -1 %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 1
+	}
+	defer store.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		out.printf("error -1 %v", err)
+		return 1
+	}
+	w := New(store, logger, nil)
+	srv := NewServer(w, l, ServerConfig{Logger: logger})
+	go w.Run(ctx)
+	go srv.Run(ctx)
+	<-w.Synced()
+	out.printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
 // simAgent is one simulated calico-node: its own kdd.Store (HTTP
 // connection, watches) and confwatch.Watcher.
 type simAgent struct {
@@ -150,7 +194,14 @@ func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
 		return
 	}
 	defer store.Close()
-	w := New(store, logger, nil)
+	var src Source = store
+	if addr := os.Getenv(agentFanOutEnv); addr != "" {
+		src = NewRemote(func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}, logger)
+	}
+	w := New(src, logger, nil)
 	go w.Run(ctx)
 	// The IPAM watches a node holds beside confwatch's: BGP's of every IPAM
 	// key (its own affinities, borrowed addresses) and the overlay's of the

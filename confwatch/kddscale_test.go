@@ -36,6 +36,7 @@ import (
 type scaleParams struct {
 	shape   clusterShape
 	agents  []int         // K values, one fleet each, in order
+	modes   []string      // "direct" (each agent watches the API server), "fanout" (agents read one hub)
 	perProc int           // agents per child process
 	probes  int           // GlobalNetworkPolicy changes and pod label changes timed, each
 	burst   int           // pods relabelled at once for the throughput figure
@@ -49,6 +50,7 @@ func scaleParamsFromEnv(tb testing.TB) scaleParams {
 	p := scaleParams{
 		shape:   clusterShape{nodes: 100, podsPerNode: 30, namespaces: 20, gnps: 50, netsets: 10},
 		agents:  []int{1, 10, 50, 100},
+		modes:   []string{"direct", "fanout"},
 		perProc: 1,
 		probes:  20,
 		burst:   300,
@@ -76,37 +78,52 @@ func scaleParamsFromEnv(tb testing.TB) scaleParams {
 			p.agents = append(p.agents, n)
 		}
 	}
+	if v := os.Getenv("KDD_SCALE_MODES"); v != "" {
+		p.modes = strings.Split(v, ",")
+		for _, m := range p.modes {
+			if m != "direct" && m != "fanout" {
+				tb.Fatalf("KDD_SCALE_MODES=%q: want direct, fanout or both", v)
+			}
+		}
+	}
 	return p
 }
 
 // BenchmarkKDDScale measures K simulated agents against a real
 // kube-apiserver; see docs/benchmarks.md.
 //
-// Run: make bench-kdd-scale (KDD_SCALE_AGENTS, KDD_SCALE_NODES,
-// KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST,
-// KDD_SCALE_PER_PROC change it).
+// Run: make bench-kdd-scale (KDD_SCALE_AGENTS, KDD_SCALE_MODES,
+// KDD_SCALE_NODES, KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES,
+// KDD_SCALE_BURST, KDD_SCALE_PER_PROC change it).
 func BenchmarkKDDScale(b *testing.B) {
 	p := scaleParamsFromEnv(b)
 	c := startKDDCluster(b, p.shape)
 	var runs []scaleRun
 	for b.Loop() {
 		for _, k := range p.agents {
-			r := c.measure(b, k, p)
-			runs = append(runs, r)
-			// Printed, not logged: a benchmark's log is cut to a few lines.
-			fmt.Printf("K=%d, %d nodes, %d pods\n%s\n", k, p.shape.nodes, p.shape.pods()+1, r.table())
-			pre := fmt.Sprintf("K%d-", k)
-			b.ReportMetric(r.watchesPerAgent(), pre+"watches/agent")
-			b.ReportMetric(ms(r.syncAll), pre+"sync-all-ms")
-			b.ReportMetric(ms(pct(r.gnpAll, 0.5)), pre+"gnp-p50-ms")
-			b.ReportMetric(ms(pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
-			b.ReportMetric(ms(pct(r.podAll, 0.5)), pre+"pod-p50-ms")
-			b.ReportMetric(ms(pct(r.podAll, 0.99)), pre+"pod-p99-ms")
-			b.ReportMetric(r.deliveredPerSec(), pre+"events/s")
-			b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
+			for _, mode := range p.modes {
+				r := c.measure(b, k, p, mode)
+				runs = append(runs, r)
+				// Printed, not logged: a benchmark's log is cut to a few lines.
+				fmt.Printf("K=%d, %s, %d nodes, %d pods\n%s\n", k, mode, p.shape.nodes, p.shape.pods()+1, r.table())
+				r.report(b)
+			}
 		}
 	}
 	fmt.Printf("summary (%d nodes, %d pods):\n%s\n", p.shape.nodes, p.shape.pods()+1, summaryTable(runs))
+}
+
+// report adds the headline figures to the benchmark's result line.
+func (r scaleRun) report(b *testing.B) {
+	pre := fmt.Sprintf("K%d-%s-", r.k, r.mode)
+	b.ReportMetric(r.watches, pre+"watches")
+	b.ReportMetric(ms(r.syncAll), pre+"sync-all-ms")
+	b.ReportMetric(ms(pct(r.gnpAll, 0.5)), pre+"gnp-p50-ms")
+	b.ReportMetric(ms(pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
+	b.ReportMetric(ms(pct(r.podAll, 0.5)), pre+"pod-p50-ms")
+	b.ReportMetric(ms(pct(r.podAll, 0.99)), pre+"pod-p99-ms")
+	b.ReportMetric(r.deliveredPerSec(), pre+"events/s")
+	b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
 }
 
 // TestKDDScaleHarness runs the harness on a tiny cluster: every agent gets
@@ -125,14 +142,31 @@ func TestKDDScaleHarness(t *testing.T) {
 	}
 	c := startKDDCluster(t, p.shape)
 	const k = 3
-	r := c.measure(t, k, p)
-	t.Logf("K=%d\n%s", k, r.table())
-	// Every Calico kind is at least one collection watched by each agent.
-	if min := float64(k * len(api.Kinds())); r.watches < min {
+	for _, mode := range []string{"direct", "fanout"} {
+		t.Run(mode, func(t *testing.T) {
+			r := c.measure(t, k, p, mode)
+			t.Logf("K=%d, %s\n%s", k, mode, r.table())
+			checkHarnessRun(t, r, p, mode)
+		})
+	}
+}
+
+func checkHarnessRun(t *testing.T, r scaleRun, p scaleParams, mode string) {
+	k := r.k
+	// Every Calico kind is at least one collection watched by each agent,
+	// or by the hub alone.
+	watchers := k
+	if mode == "fanout" {
+		watchers = 1
+		if r.hubRSS <= 0 || r.hubSync <= 0 {
+			t.Errorf("hub RSS %d KiB, in sync after %s: want both measured", r.hubRSS, r.hubSync)
+		}
+	}
+	if min := float64(watchers * len(api.Kinds())); r.watches < min {
 		t.Errorf("API server holds %v more watches with %d agents, want at least %v", r.watches, k, min)
 	}
-	if r.watches != float64(k)*math.Round(r.watches/float64(k)) {
-		t.Errorf("API server holds %v more watches with %d agents: not the same number per agent", r.watches, k)
+	if r.watches != float64(watchers)*math.Round(r.watches/float64(watchers)) {
+		t.Errorf("API server holds %v more watches with %d agents: not the same number per watcher", r.watches, k)
 	}
 	if len(r.gnpAll) != p.probes || len(r.podAll) != p.probes {
 		t.Errorf("timed %d policy and %d pod changes, want %d each", len(r.gnpAll), len(r.podAll), p.probes)
@@ -151,6 +185,12 @@ func TestKDDScaleHarness(t *testing.T) {
 // scaleRun is what one fleet of K agents measured.
 type scaleRun struct {
 	k, procs int
+	mode     string
+
+	hubSync     time.Duration // fan-out: its start to in sync
+	hubRSS      int           // KiB, once the agents are in sync
+	hubStartCPU time.Duration // CPU while the agents started
+	hubBurstCPU time.Duration
 
 	watches      float64            // WATCH requests the API server holds for the fleet
 	watchesByRes map[string]float64 // of which per resource
@@ -224,7 +264,7 @@ func (r scaleRun) table() string {
 		byRes = append(byRes, fmt.Sprintf("%s %v", res, n))
 	}
 	slices.Sort(byRes)
-	row("agents (processes)", "%d (%d)", r.k, r.procs)
+	row("agents (processes)", "%d (%d), %s", r.k, r.procs, r.mode)
 	row("watches held", "%v (%.1f per agent): %s", r.watches, r.watchesPerAgent(), strings.Join(byRes, ", "))
 	row("LIST requests at start", "%v (%.1f per agent)", r.lists, r.lists/float64(r.k))
 	row("launch → all in sync", "%.0f ms", ms(r.syncAll))
@@ -248,32 +288,42 @@ func (r scaleRun) table() string {
 	row("API server CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.burstAPICPU.Seconds(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)))
 	row("agent CPU in the burst", "%.1f ms per agent (%.0f µs per update)", ms(r.burstAgents)/float64(r.k), float64(r.burstAgents.Microseconds())/float64(max(1, r.k*r.burst)))
 	row("updates received / warnings / watchers terminated", "%d / %d / %v", r.updates, r.warnings, r.terminated)
+	if r.mode == "fanout" {
+		row("fan-out process: start → in sync, RSS", "%.0f ms, %.1f MB once the agents are in sync", ms(r.hubSync), float64(r.hubRSS)/1024)
+		row("fan-out CPU, agents' start-up", "%.2f s (%.1f ms per agent)", r.hubStartCPU.Seconds(), ms(r.hubStartCPU)/float64(r.k))
+		row("fan-out CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.hubBurstCPU.Seconds(), float64(r.hubBurstCPU.Microseconds())/float64(max(1, r.k*r.burst)))
+	}
 	return sb.String()
 }
 
 func summaryTable(runs []scaleRun) string {
 	var sb strings.Builder
-	sb.WriteString("| K | watches | sync all (ms) | API CPU start (s) | API RSS (MB) | agent RSS (MB) | idle API CPU | GNP→all p50/p99 (ms) | pod→all p50/p99 (ms) | burst updates/s | API µs/update |\n")
+	sb.WriteString("| K | mode | watches | sync all (ms) | API CPU start (s) | API RSS (MB) | agent RSS (MB) | idle API CPU | GNP→all p50/p99 (ms) | pod→all p50/p99 (ms) | burst updates/s | API µs/update | fan-out µs/update |\n")
 	for _, r := range runs {
 		sum := 0
 		for _, v := range r.agentRSS {
 			sum += v
 		}
-		fmt.Fprintf(&sb, "| %d | %v | %.0f | %.2f | %.0f | %.1f | %.3f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f |\n",
-			r.k, r.watches, ms(r.syncAll), r.startCPU.Seconds(), float64(r.apiRSSAfter)/1024,
+		fmt.Fprintf(&sb, "| %d | %s | %v | %.0f | %.2f | %.0f | %.1f | %.3f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f | %.1f |\n",
+			r.k, r.mode, r.watches, ms(r.syncAll), r.startCPU.Seconds(), float64(r.apiRSSAfter)/1024,
 			float64(sum)/float64(max(1, len(r.agentRSS)))/1024, r.idleCPU,
 			ms(pct(r.gnpAll, 0.5)), ms(pct(r.gnpAll, 0.99)), ms(pct(r.podAll, 0.5)), ms(pct(r.podAll, 0.99)),
-			r.deliveredPerSec(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)))
+			r.deliveredPerSec(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)),
+			float64(r.hubBurstCPU.Microseconds())/float64(max(1, r.k*r.burst)))
 	}
 	return sb.String()
 }
 
-// measure starts a fleet of k agents, measures it, and stops it.
-func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
+// measure starts a fleet of k agents (in mode "fanout" behind one hub),
+// measures it, and stops it.
+func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) scaleRun {
 	tb.Helper()
 	ctx := context.Background()
-	r := scaleRun{k: k, burst: p.burst}
+	r := scaleRun{k: k, burst: p.burst, mode: mode}
 	apiPID := c.kc.APIServerPID
+	// The fleet's own share of the API server: watches, goroutines and
+	// memory counted from before the hub (if any) started; requests and CPU
+	// from the agents' launch.
 	before := c.scrape(tb)
 	r.apiRSSBefore = mustRSS(tb, apiPID)
 
@@ -281,14 +331,29 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	for i := range tokens {
 		tokens[i] = c.kc.Token(tb, "kube-system", "calico-node", 2*time.Hour)
 	}
-	cpu0 := mustCPU(tb, apiPID)
-	f := c.startFleet(tb, tokens, p.perProc)
-	defer f.stop(tb)
+	f := newFleet()
+	defer f.stop()
+	var hubPID int
+	if mode == "fanout" {
+		hub := c.startHub(tb, f, c.kc.Token(tb, "kube-system", "calico-node", 2*time.Hour))
+		hubPID = hub.proc.Cmd.Process.Pid
+		r.hubSync = f.hubSynced[1].Sub(f.hubSynced[0])
+		c.settledWatches(tb, before, 1)
+	}
+	hubCPU := func() time.Duration {
+		if hubPID == 0 {
+			return 0
+		}
+		return mustCPU(tb, hubPID)
+	}
+	launch := c.scrape(tb)
+	cpu0, hub0 := mustCPU(tb, apiPID), hubCPU()
+	c.startAgents(tb, f, tokens, p.perProc)
 	r.procs = len(f.procs)
 	if !f.wait(5*time.Minute, func() bool { return len(f.synced) == k }) {
 		tb.Fatalf("%d of %d agents in sync after 5 minutes%s", len(f.synced), k, f.problems())
 	}
-	r.startCPU = mustCPU(tb, apiPID) - cpu0
+	r.startCPU, r.hubStartCPU = mustCPU(tb, apiPID)-cpu0, hubCPU()-hub0
 	var last time.Time
 	for _, s := range f.synced {
 		r.syncEach = append(r.syncEach, s[1].Sub(s[0]))
@@ -299,19 +364,11 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	r.syncAll = last.Sub(f.launched)
 	r.agentsCPU = f.cpu(tb)
 
-	// The watches open after in-sync (confwatch resumes from the list's
-	// revision); count them once their number has settled.
-	var after promSamples
-	prev := -1.0
-	for range 120 {
-		time.Sleep(500 * time.Millisecond)
-		after = c.scrape(tb)
-		w := after.sum("apiserver_longrunning_requests", "verb", "WATCH") - before.sum("apiserver_longrunning_requests", "verb", "WATCH")
-		if w == prev && w >= float64(k*len(api.Kinds())) {
-			break
-		}
-		prev = w
+	watchers := k
+	if mode == "fanout" {
+		watchers = 1
 	}
+	after := c.settledWatches(tb, before, watchers)
 	r.watches = after.sum("apiserver_longrunning_requests", "verb", "WATCH") - before.sum("apiserver_longrunning_requests", "verb", "WATCH")
 	r.watchesByRes = map[string]float64{}
 	for res, n := range after.by("apiserver_longrunning_requests", "resource", "verb", "WATCH") {
@@ -319,12 +376,15 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 			r.watchesByRes[res] = d
 		}
 	}
-	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - before.sum("apiserver_request_total", "verb", "LIST")
+	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - launch.sum("apiserver_request_total", "verb", "LIST")
 	r.apiRSSAfter = mustRSS(tb, apiPID)
 	r.apiGoroutines = after.sum("go_goroutines") - before.sum("go_goroutines")
 	r.apiHeapBefore, r.apiHeap = before.sum("go_memstats_heap_inuse_bytes"), after.sum("go_memstats_heap_inuse_bytes")
 	for _, fp := range f.procs {
 		r.agentRSS = append(r.agentRSS, mustRSS(tb, fp.proc.Cmd.Process.Pid))
+	}
+	if hubPID != 0 {
+		r.hubRSS = mustRSS(tb, hubPID)
 	}
 	if p.idle > 0 {
 		c0 := mustCPU(tb, apiPID)
@@ -369,7 +429,7 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	c.gen++
 	id := "b" + strconv.Itoa(c.gen)
 	f.command(tb, fmt.Sprintf("burst %s %d", id, p.burst))
-	m0, api0, ag0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb)
+	m0, api0, ag0, hb0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb), hubCPU()
 	t0 := time.Now()
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, burstLabel, id))
 	parallel(tb, p.burst, func(i int) error {
@@ -384,7 +444,7 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	for _, t := range f.bursts[id] {
 		r.burstAll = max(r.burstAll, t.Sub(t0))
 	}
-	r.burstAPICPU, r.burstAgents = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0
+	r.burstAPICPU, r.burstAgents, r.hubBurstCPU = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0, hubCPU()-hb0
 	m1 := c.scrape(tb)
 	r.burstEvents = m1.sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
 	r.terminated = m1.sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
@@ -395,6 +455,27 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams) scaleRun {
 	return r
 }
 
+// settledWatches waits until the API server holds at least one watch per
+// kind for each of watchers more than at base, and their number has not
+// changed for half a second: a Watcher is in sync once it has listed, and
+// opens its watches after that (resuming from the lists' revision).
+func (c *kddCluster) settledWatches(tb testing.TB, base promSamples, watchers int) promSamples {
+	tb.Helper()
+	baseline := base.sum("apiserver_longrunning_requests", "verb", "WATCH")
+	prev := -1.0
+	for range 240 {
+		time.Sleep(250 * time.Millisecond)
+		now := c.scrape(tb)
+		w := now.sum("apiserver_longrunning_requests", "verb", "WATCH") - baseline
+		if w == prev && w >= float64(watchers*len(api.Kinds())) {
+			return now
+		}
+		prev = w
+	}
+	tb.Fatalf("API server watches did not settle at %d per kind or more within a minute", watchers)
+	return nil
+}
+
 // podName is the namespace and name of the i-th seeded pod.
 func (c *kddCluster) podName(i int) (string, string) {
 	app := fmt.Sprintf("app%d", i%20)
@@ -403,8 +484,9 @@ func (c *kddCluster) podName(i int) (string, string) {
 
 // fleet is a set of agent processes and what they reported.
 type fleet struct {
-	procs    []*fleetProc
-	launched time.Time
+	procs    []*fleetProc // agents
+	hub      *fleetProc   // the fan-out, if any
+	launched time.Time    // of the agents
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every report
@@ -414,6 +496,9 @@ type fleet struct {
 	stat    map[int][3]int64 // updates, warnings, process heap
 	errs    []string
 	exited  int
+
+	hubAddr   string
+	hubSynced [2]time.Time // start, in sync
 }
 
 type fleetProc struct {
@@ -422,44 +507,69 @@ type fleetProc struct {
 	stderr *proctest.Log
 }
 
-func (c *kddCluster) startFleet(tb testing.TB, tokens []string, perProc int) *fleet {
+func newFleet() *fleet {
+	return &fleet{changed: make(chan struct{}), synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
+		bursts: map[string]map[int]time.Time{}, stat: map[int][3]int64{}}
+}
+
+// launch starts this test binary as a child of role first (an agent
+// index, or "hub") with extra environment, reading its reports.
+func (c *kddCluster) launch(tb testing.TB, f *fleet, first string, env ...string) *fleetProc {
 	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fleet{changed: make(chan struct{}), synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
-		bursts: map[string]map[int]time.Time{}, stat: map[int][3]int64{}}
+	cmd := exec.Command(exe)
+	cmd.Env = append(proctest.EnvWithout("KUBECONFIG=", "CALICO_KDD_SCALE_", "FELIX_"),
+		append([]string{agentEnv + "=" + first, agentAPIEnv + "=" + c.kc.URL, agentCAEnv + "=" + c.kc.CAFile}, env...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// A pipe of our own rather than StdoutPipe: the reader, not Wait,
+	// decides when the output has all been read.
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout = wr
+	fp := &fleetProc{stdin: stdin, stderr: &proctest.Log{}}
+	cmd.Stderr = fp.stderr
+	fp.proc, err = proctest.Launch("agent-"+first, cmd)
+	wr.Close()
+	if err != nil {
+		rd.Close()
+		tb.Fatal(err)
+	}
+	go f.read(rd)
+	return fp
+}
+
+// startHub starts the fan-out and waits until it serves.
+func (c *kddCluster) startHub(tb testing.TB, f *fleet, token string) *fleetProc {
+	tb.Helper()
+	f.hub = c.launch(tb, f, "hub", agentTokensEnv+"="+token)
+	if !f.wait(5*time.Minute, func() bool { return f.hubAddr != "" }) {
+		tb.Fatalf("fan-out not serving after 5 minutes%s", f.problems())
+	}
+	return f.hub
+}
+
+// startAgents starts len(tokens) agents, perProc to a process, reading
+// the hub if f has one.
+func (c *kddCluster) startAgents(tb testing.TB, f *fleet, tokens []string, perProc int) {
+	tb.Helper()
+	var extra []string
+	if f.hub != nil {
+		extra = append(extra, agentFanOutEnv+"="+f.hubAddr)
+	}
 	f.launched = time.Now()
 	for first := 0; first < len(tokens); first += perProc {
 		n := min(perProc, len(tokens)-first)
-		cmd := exec.Command(exe)
-		cmd.Env = append(proctest.EnvWithout("KUBECONFIG=", "CALICO_KDD_SCALE_", "FELIX_"),
-			agentEnv+"="+strconv.Itoa(first), agentAPIEnv+"="+c.kc.URL, agentCAEnv+"="+c.kc.CAFile,
-			agentTokensEnv+"="+strings.Join(tokens[first:first+n], ","))
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		// A pipe of our own rather than StdoutPipe: the reader, not
-		// Wait, decides when the output has all been read.
-		rd, wr, err := os.Pipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cmd.Stdout = wr
-		fp := &fleetProc{stdin: stdin, stderr: &proctest.Log{}}
-		cmd.Stderr = fp.stderr
-		fp.proc, err = proctest.Launch(fmt.Sprintf("agent-%d", first), cmd)
-		wr.Close()
-		if err != nil {
-			rd.Close()
-			tb.Fatal(err)
-		}
-		f.procs = append(f.procs, fp)
-		go f.read(rd)
+		f.procs = append(f.procs, c.launch(tb, f, strconv.Itoa(first),
+			append(extra, agentTokensEnv+"="+strings.Join(tokens[first:first+n], ","))...))
 	}
-	return f
 }
 
 func (f *fleet) read(rd *os.File) {
@@ -493,6 +603,8 @@ func (f *fleet) report(fs []string) {
 	defer f.mu.Unlock()
 	defer f.notifyLocked()
 	switch {
+	case fs[0] == "hub" && len(fs) == 4:
+		f.hubAddr, f.hubSynced = fs[1], [2]time.Time{unixNano(fs[2]), unixNano(fs[3])}
 	case fs[0] == "synced" && len(fs) == 4:
 		f.synced[agent] = [2]time.Time{unixNano(fs[2]), unixNano(fs[3])}
 	case fs[0] == "seen" && len(fs) == 5:
@@ -548,8 +660,8 @@ func (f *fleet) problems() string {
 	for _, e := range f.errs {
 		sb.WriteString("\n" + e)
 	}
-	for _, fp := range f.procs {
-		if !fp.proc.Running() {
+	for _, fp := range append(slices.Clone(f.procs), f.hub) {
+		if fp != nil && !fp.proc.Running() {
 			fmt.Fprintf(&sb, "\n%s exited (%v):\n%s", fp.proc.Name, fp.proc.Err(), fp.stderr.Tail(20))
 		}
 	}
@@ -620,12 +732,18 @@ func (f *fleet) cpu(tb testing.TB) time.Duration {
 	return sum
 }
 
-// stop closes every agent's stdin (the agents return) and waits for them.
-func (f *fleet) stop(tb testing.TB) {
+// stop closes every child's stdin (they return) and waits for them, the
+// hub last.
+func (f *fleet) stop() {
 	for _, fp := range f.procs {
 		fp.stdin.Close()
 	}
-	for _, fp := range f.procs {
+	procs := f.procs
+	if f.hub != nil {
+		f.hub.stdin.Close()
+		procs = append(procs, f.hub)
+	}
+	for _, fp := range procs {
 		select {
 		case <-fp.proc.Done():
 		case <-time.After(10 * time.Second):
