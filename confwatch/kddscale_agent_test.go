@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
@@ -42,6 +43,7 @@ import (
 //	                                    warnings; live heap of the process (bytes)
 //	error <agent> <message>             the agent could not start
 //	hub <addr> <start> <synced>         (fan-out process) serving on addr, in sync
+//	hubsent <bytes>                     (fan-out process, on "stats") bytes written to agents
 //
 // and writes commands to its stdin, one a line: "burst <id> <pods>" (expect
 // that many pods labelled bench-burst=<id>), "stats". EOF on stdin stops
@@ -152,13 +154,24 @@ func hubProcessMain() int {
 		out.printf("error -1 %v", err)
 		return 1
 	}
+	reg := prometheus.NewRegistry()
 	w := New(store, logger, nil)
-	srv := NewServer(w, l, ServerConfig{Logger: logger})
+	srv := NewServer(w, l, ServerConfig{Logger: logger, Registerer: reg})
 	go w.Run(ctx)
 	go srv.Run(ctx)
 	<-w.Synced()
 	out.printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
-	io.Copy(io.Discard, os.Stdin)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() == "stats" {
+			mfs, _ := reg.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == "calico_confwatch_server_sent_bytes_total" {
+					out.printf("hubsent %.0f", mf.GetMetric()[0].GetCounter().GetValue())
+				}
+			}
+		}
+	}
 	return 0
 }
 

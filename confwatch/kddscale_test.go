@@ -158,9 +158,11 @@ func checkHarnessRun(t *testing.T, r scaleRun, p scaleParams, mode string) {
 	watchers := k
 	if mode == "fanout" {
 		watchers = 1
-		if r.hubRSS <= 0 || r.hubSync <= 0 {
-			t.Errorf("hub RSS %d KiB, in sync after %s: want both measured", r.hubRSS, r.hubSync)
+		if r.hubRSS <= 0 || r.hubSync <= 0 || r.hubSnapshot <= 0 {
+			t.Errorf("hub RSS %d KiB, in sync after %s, snapshot %v bytes: want all measured", r.hubRSS, r.hubSync, r.hubSnapshot)
 		}
+	} else if r.podListBytes <= 0 {
+		t.Errorf("pod list size not measured")
 	}
 	if min := float64(watchers * len(api.Kinds())); r.watches < min {
 		t.Errorf("API server holds %v more watches with %d agents, want at least %v", r.watches, k, min)
@@ -191,6 +193,9 @@ type scaleRun struct {
 	hubRSS      int           // KiB, once the agents are in sync
 	hubStartCPU time.Duration // CPU while the agents started
 	hubBurstCPU time.Duration
+	hubSnapshot float64 // bytes the hub wrote per agent at start-up
+
+	podListBytes float64 // mean size of the agents' pod LIST responses
 
 	watches      float64            // WATCH requests the API server holds for the fleet
 	watchesByRes map[string]float64 // of which per resource
@@ -266,7 +271,7 @@ func (r scaleRun) table() string {
 	slices.Sort(byRes)
 	row("agents (processes)", "%d (%d), %s", r.k, r.procs, r.mode)
 	row("watches held", "%v (%.1f per agent): %s", r.watches, r.watchesPerAgent(), strings.Join(byRes, ", "))
-	row("LIST requests at start", "%v (%.1f per agent)", r.lists, r.lists/float64(r.k))
+	row("LIST requests at start", "%v (%.1f per agent); a list of all pods is %.1f MB", r.lists, r.lists/float64(r.k), r.podListBytes/(1<<20))
 	row("launch → all in sync", "%.0f ms", ms(r.syncAll))
 	row("per agent: connect → in sync", "%s", dist(r.syncEach))
 	row("API server CPU, start-up", "%.2f s (%.1f ms per agent)", r.startCPU.Seconds(), ms(r.startCPU)/float64(r.k))
@@ -290,6 +295,7 @@ func (r scaleRun) table() string {
 	row("updates received / warnings / watchers terminated", "%d / %d / %v", r.updates, r.warnings, r.terminated)
 	if r.mode == "fanout" {
 		row("fan-out process: start → in sync, RSS", "%.0f ms, %.1f MB once the agents are in sync", ms(r.hubSync), float64(r.hubRSS)/1024)
+		row("fan-out snapshot per agent", "%.1f MB", r.hubSnapshot/(1<<20))
 		row("fan-out CPU, agents' start-up", "%.2f s (%.1f ms per agent)", r.hubStartCPU.Seconds(), ms(r.hubStartCPU)/float64(r.k))
 		row("fan-out CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.hubBurstCPU.Seconds(), float64(r.hubBurstCPU.Microseconds())/float64(max(1, r.k*r.burst)))
 	}
@@ -354,6 +360,9 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) s
 		tb.Fatalf("%d of %d agents in sync after 5 minutes%s", len(f.synced), k, f.problems())
 	}
 	r.startCPU, r.hubStartCPU = mustCPU(tb, apiPID)-cpu0, hubCPU()-hub0
+	if f.hub != nil {
+		r.hubSnapshot = f.hubBytes(tb) / float64(k)
+	}
 	var last time.Time
 	for _, s := range f.synced {
 		r.syncEach = append(r.syncEach, s[1].Sub(s[0]))
@@ -377,6 +386,12 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) s
 		}
 	}
 	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - launch.sum("apiserver_request_total", "verb", "LIST")
+	podLists := func(p promSamples, name string) float64 {
+		return p.sum(name, "resource", "pods", "verb", "LIST", "group", "")
+	}
+	if n := podLists(after, "apiserver_response_sizes_count") - podLists(launch, "apiserver_response_sizes_count"); n > 0 {
+		r.podListBytes = (podLists(after, "apiserver_response_sizes_sum") - podLists(launch, "apiserver_response_sizes_sum")) / n
+	}
 	r.apiRSSAfter = mustRSS(tb, apiPID)
 	r.apiGoroutines = after.sum("go_goroutines") - before.sum("go_goroutines")
 	r.apiHeapBefore, r.apiHeap = before.sum("go_memstats_heap_inuse_bytes"), after.sum("go_memstats_heap_inuse_bytes")
@@ -455,24 +470,32 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) s
 	return r
 }
 
-// settledWatches waits until the API server holds at least one watch per
-// kind for each of watchers more than at base, and their number has not
-// changed for half a second: a Watcher is in sync once it has listed, and
-// opens its watches after that (resuming from the lists' revision).
+// settledWatches waits until every one of watchers more than at base
+// watches pods — which each Watcher does exactly once, and among its last,
+// being its largest list — and the API server's total has not changed for
+// a second: a Watcher is in sync once it has listed, and opens its watches
+// after that (resuming from the lists' revision).
 func (c *kddCluster) settledWatches(tb testing.TB, base promSamples, watchers int) promSamples {
 	tb.Helper()
-	baseline := base.sum("apiserver_longrunning_requests", "verb", "WATCH")
-	prev := -1.0
-	for range 240 {
+	total := func(p promSamples) float64 { return p.sum("apiserver_longrunning_requests", "verb", "WATCH") }
+	pods := func(p promSamples) float64 {
+		return p.sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "pods", "group", "")
+	}
+	prev, stable := -1.0, 0
+	for range 480 {
 		time.Sleep(250 * time.Millisecond)
 		now := c.scrape(tb)
-		w := now.sum("apiserver_longrunning_requests", "verb", "WATCH") - baseline
-		if w == prev && w >= float64(watchers*len(api.Kinds())) {
-			return now
+		w := total(now) - total(base)
+		if w == prev && pods(now)-pods(base) >= float64(watchers) {
+			if stable++; stable == 4 {
+				return now
+			}
+		} else {
+			stable = 0
 		}
 		prev = w
 	}
-	tb.Fatalf("API server watches did not settle at %d per kind or more within a minute", watchers)
+	tb.Fatalf("API server watches did not settle with %d more watchers of pods within two minutes", watchers)
 	return nil
 }
 
@@ -499,6 +522,7 @@ type fleet struct {
 
 	hubAddr   string
 	hubSynced [2]time.Time // start, in sync
+	hubSent   float64      // bytes, as last reported (-1: asked, not answered)
 }
 
 type fleetProc struct {
@@ -603,6 +627,8 @@ func (f *fleet) report(fs []string) {
 	defer f.mu.Unlock()
 	defer f.notifyLocked()
 	switch {
+	case fs[0] == "hubsent" && len(fs) == 2:
+		f.hubSent, _ = strconv.ParseFloat(fs[1], 64)
 	case fs[0] == "hub" && len(fs) == 4:
 		f.hubAddr, f.hubSynced = fs[1], [2]time.Time{unixNano(fs[2]), unixNano(fs[3])}
 	case fs[0] == "synced" && len(fs) == 4:
@@ -721,6 +747,23 @@ func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64, heap float
 		}
 	}
 	return updates, warnings, heap / float64(max(1, len(heaps)))
+}
+
+// hubBytes asks the fan-out how many bytes it has written to agents.
+func (f *fleet) hubBytes(tb testing.TB) float64 {
+	tb.Helper()
+	f.mu.Lock()
+	f.hubSent = -1
+	f.mu.Unlock()
+	if _, err := io.WriteString(f.hub.stdin, "stats\n"); err != nil {
+		tb.Fatal(err)
+	}
+	if !f.wait(time.Minute, func() bool { return f.hubSent >= 0 }) {
+		tb.Fatalf("fan-out did not report its bytes%s", f.problems())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hubSent
 }
 
 // cpu is the CPU time all agent processes have used.
