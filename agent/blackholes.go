@@ -17,23 +17,28 @@ import (
 // are more specific and win.
 type Blackholes struct {
 	node   string
-	blocks <-chan ipam.BlockSnapshot
+	blocks BlockWatch
 	sink   RouteSink
 	log    *slog.Logger
 }
 
-// NewBlackholes builds the actor; blocks is an ipam.WatchBlocks stream.
-func NewBlackholes(node string, blocks <-chan ipam.BlockSnapshot, sink RouteSink, logger *slog.Logger) *Blackholes {
+// BlockWatch streams the IPAM block affinities until ctx ends (an
+// ipam.WatchBlocks on the datastore).
+type BlockWatch func(ctx context.Context) <-chan ipam.BlockSnapshot
+
+// NewBlackholes builds the actor; Run follows the stream blocks starts.
+func NewBlackholes(node string, blocks BlockWatch, sink RouteSink, logger *slog.Logger) *Blackholes {
 	return &Blackholes{node: node, blocks: blocks, sink: sink, log: logger.With("component", "blackholes")}
 }
 
 // Run publishes the blackhole set after every change of block affinity.
 func (b *Blackholes) Run(ctx context.Context) error {
+	blocks := b.blocks(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case snap, ok := <-b.blocks:
+		case snap, ok := <-blocks:
 			if !ok {
 				return nil
 			}

@@ -15,7 +15,7 @@ func TestBlackholes(t *testing.T) {
 	s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go NewBlackholes("n1", ch, s, quiet()).Run(ctx)
+	go NewBlackholes("n1", func(context.Context) <-chan ipam.BlockSnapshot { return ch }, s, quiet()).Run(ctx)
 	ch <- ipam.BlockSnapshot{Affinity: map[netip.Prefix]string{
 		netip.MustParsePrefix("10.0.1.0/26"): "n1",
 		netip.MustParsePrefix("10.0.0.0/26"): "n1",

@@ -3,15 +3,19 @@
 //
 // API model: each actor subscribes to the confwatch cache, keeps the
 // resources it needs, computes the desired kernel state with pure functions
-// and hands it to the component that owns that kernel state (routes.Table
-// for routes, the iptables/ipset programmers for policy). Nothing is applied
-// before confwatch is in sync: the first batch of a subscription is the
-// complete snapshot.
+// and hands it to the component that owns that kernel state
+// (routetable.Table for routes, the iptables/ipset programmers for
+// policy). Each actor declares the small interface it needs of that
+// component (RouteSink, Applier, Subscriber) and passes plain values
+// (routes.Route, policy.Family); internal/node wires the kernel parts in,
+// so this package imports none of them. Nothing is applied before
+// confwatch is in sync: the first batch of a subscription is the complete
+// snapshot.
 //
-//	confwatch ──WorkloadEndpoints──► Endpoints ──routes──► routes.Table (source "workloads")
+//	confwatch ──WorkloadEndpoints──► Endpoints ──routes──► routetable.Table (source "workloads")
 //	                                          └──sysctls──► /proc/sys/net/.../cali*
 //	confwatch ──FelixConfiguration──► FelixConfig ──logSeverityScreen──► slog.LevelVar
-//	                                             └──routeRefreshInterval──► routes.Table, Endpoints
+//	                                             └──routeRefreshInterval──► routetable.Table, Endpoints
 //
 // FelixConfiguration is merged in one place (FelixSpec: default, then
 // node.<name>, then the FELIX_* environment, field by field); FelixConfig

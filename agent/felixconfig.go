@@ -57,7 +57,7 @@ func ParseLogLevel(s string) (slog.Level, error) {
 }
 
 // Refresher is a dataplane part whose periodic full resync follows
-// routeRefreshInterval (*routes.Table, *Endpoints). 0 disables it.
+// routeRefreshInterval (*routetable.Table, *Endpoints). 0 disables it.
 type Refresher interface {
 	SetRefreshInterval(time.Duration)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
@@ -264,7 +265,7 @@ func TestRouteRefreshIntervalFromDatastore(t *testing.T) {
 	if _, err := store.Create(ctx, wep("n1", "a", "cali1", 0, "10.65.0.1/32")); err != nil {
 		t.Fatal(err)
 	}
-	table := routes.New(nl, DefaultRefreshInterval, quiet())
+	table := routetable.New(nl, DefaultRefreshInterval, quiet())
 	table.Expect(routes.SourceWorkloads)
 	ep := NewEndpoints("n1", w, table, func(string, string) error { return nil }, DefaultRefreshInterval, quiet())
 	fc := NewFelixConfig(FelixConfigOptions{Node: "n1", RouteRefreshers: []Refresher{table, ep}}, w, quiet())

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -21,9 +20,16 @@ var policyKinds = []string{
 	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration", "Node",
 }
 
-// Applier programs one IP family; *xtables.Programmer implements it.
+// Applier programs one IP family's compiled policy into the kernel
+// (internal/node wires in agent/xtables' iptables-restore programmer).
 type Applier interface {
-	Apply(ctx context.Context, f *policy.Family) (xtables.Stats, error)
+	// Apply makes the kernel match f. On error the kernel may be partly
+	// updated; the actor retries.
+	Apply(ctx context.Context, f *policy.Family) error
+	// Invalidate makes the next Apply read the kernel back instead of
+	// trusting what it last wrote: the periodic resync calls it, so that
+	// drift made by others is found.
+	Invalidate()
 }
 
 // HostInterfaces lists this host's interface addresses (for host endpoints
@@ -55,8 +61,23 @@ type policyMetrics struct {
 	failures                       prometheus.Counter
 }
 
-// NewPolicy builds the policy actor. v6 may be nil.
-func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfaces, resync time.Duration, reg prometheus.Registerer, logger *slog.Logger) *Policy {
+// PolicyConfig configures the policy actor.
+type PolicyConfig struct {
+	Node string
+	// Resync is how often the kernel is read back and re-programmed when
+	// FelixConfiguration's iptablesRefreshInterval does not say.
+	Resync time.Duration
+	// HostInterfaces, if set, resolves host endpoints that give
+	// expectedIPs but no interface name.
+	HostInterfaces HostInterfaces
+	// Registerer, if set, gets the actor's metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// NewPolicy builds the policy actor, programming IPv4 through v4 and
+// IPv6 through v6 (nil: IPv6 policy is not programmed).
+func NewPolicy(cfg PolicyConfig, watch Subscriber, v4, v6 Applier) *Policy {
 	m := &policyMetrics{
 		endpoints: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_local_endpoints", Help: "Workload and host endpoints on this node."}),
 		policies:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_active_policies", Help: "Network policies and global network policies known."}),
@@ -67,12 +88,12 @@ func NewPolicy(node string, watch Subscriber, v4, v6 Applier, ifaces HostInterfa
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_dataplane_apply_failures_total", Help: "Failed attempts to program policy."}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
 	}
 	return &Policy{
-		node: node, watch: watch, v4: v4, v6: v6, ifaces: ifaces, resync: resync,
-		log: logger.With("component", "policy"), metrics: m,
+		node: cfg.Node, watch: watch, v4: v4, v6: v6, ifaces: cfg.HostInterfaces, resync: cfg.Resync,
+		log: cfg.Logger.With("component", "policy"), metrics: m,
 		objs: map[confwatch.Key]api.Object{},
 	}
 }
@@ -180,14 +201,10 @@ func (p *Policy) Snapshot() *policy.Snapshot {
 	return s
 }
 
-// invalidator is an Applier that caches what it last wrote.
-type invalidator interface{ Invalidate() }
-
 func (p *Policy) invalidate() {
-	for _, a := range []Applier{p.v4, p.v6} {
-		if inv, ok := a.(invalidator); ok {
-			inv.Invalidate()
-		}
+	p.v4.Invalidate()
+	if p.v6 != nil {
+		p.v6.Invalidate()
 	}
 }
 
@@ -207,11 +224,11 @@ func (p *Policy) program(ctx context.Context) error {
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
 	}
-	if _, err := p.v4.Apply(ctx, res.V4); err != nil {
+	if err := p.v4.Apply(ctx, res.V4); err != nil {
 		return err
 	}
 	if p.v6 != nil && res.V6 != nil {
-		if _, err := p.v6.Apply(ctx, res.V6); err != nil {
+		if err := p.v6.Apply(ctx, res.V6); err != nil {
 			return err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // TestPolicyOverrides: FELIX_* settings outrank both FelixConfigurations
 // in the datastore; fields they leave unset still come from there.
 func TestPolicyOverrides(t *testing.T) {
-	p := NewPolicy("n1", nil, nil, nil, nil, time.Minute, nil, slog.New(slog.DiscardHandler))
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
 	felix := func(name string, spec api.FelixConfigurationSpec) confwatch.Update {
 		fc := &api.FelixConfiguration{Spec: spec}
 		fc.Kind, fc.Name = "FelixConfiguration", name

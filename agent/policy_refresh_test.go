@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -15,10 +14,12 @@ import (
 
 type countingApplier struct{ n atomic.Int64 }
 
-func (c *countingApplier) Apply(context.Context, *policy.Family) (xtables.Stats, error) {
+func (c *countingApplier) Apply(context.Context, *policy.Family) error {
 	c.n.Add(1)
-	return xtables.Stats{}, nil
+	return nil
 }
+
+func (c *countingApplier) Invalidate() {}
 
 // FelixConfiguration iptablesRefreshInterval steers how often the policy
 // actor re-applies (and so repairs drift), node config over default.
@@ -35,7 +36,7 @@ func TestPolicyRefreshIntervalFromFelixConfiguration(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	v4 := &countingApplier{}
-	p := NewPolicy("n1", w, v4, nil, nil, time.Hour, nil, quiet())
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Hour, Logger: quiet()}, w, v4, nil)
 	go p.Run(ctx)
 
 	// Only the hour-long default: one apply (the snapshot), then quiet.

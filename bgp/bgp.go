@@ -30,7 +30,7 @@ type Updates interface {
 }
 
 // RouteSink takes the complete set of routes a source wants in the kernel;
-// *routes.Table implements it.
+// *routetable.Table implements it.
 type RouteSink interface {
 	Set(source string, rs []routes.Route)
 }

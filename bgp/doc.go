@@ -6,8 +6,8 @@
 // Actor (New, Run) is the agent's BGP actor. It reads Nodes, BGPPeers,
 // BGPConfigurations and IPPools from a confwatch subscription and the IPAM
 // keys from etcd, runs one gobgp server, and hands the routes it wants in
-// the kernel to a RouteSink (the agent's routes.Table, source "30-bgp"): it
-// never writes kernel routes itself. It serves its status as JSON on a unix
+// the kernel (routes.Route values) to a RouteSink (the agent's
+// routetable.Table, source "30-bgp"): it never writes kernel routes itself. It serves its status as JSON on a unix
 // socket (QueryStatus, WriteStatus: `calicoctl node status`) and reports
 // readiness the way calico-node -bird-ready does (Readiness).
 //

@@ -176,435 +176,523 @@ type peeringKey struct {
 }
 
 // Compute derives this node's BGP identity and sessions exactly as Calico's
-// confd (client.go updatePeersV1 and the bird.cfg templates, v3.31) does.
+// confd (client.go updatePeersV1 and the bird.cfg templates, v3.31) does:
+// the BGPPeers become peerings (confd's v1 peer keys), which render, after
+// the node-to-node mesh, into sessions in the order of the BIRD template.
 func Compute(c Snapshot) Desired {
-	var d Desired
-	problem := func(format string, args ...any) { d.Problems = append(d.Problems, fmt.Sprintf(format, args...)) }
+	k := newCluster(c)
+	me := k.nodes[c.NodeName]
+	if me == nil || !me.hasBGP || (!me.ip4.IsValid() && !me.ip6.IsValid()) {
+		return Desired{}
+	}
+	id := k.identity(me)
+	sessions := k.sessions(me, id, k.peerings())
+	slices.SortFunc(sessions, func(a, b Session) int { return strings.Compare(a.Name, b.Name) })
+	return Desired{OK: true, Identity: id, Sessions: sessions, Problems: k.problems}
+}
 
-	global := c.BGPConfigs["default"]
-	globalAS := uint32(DefaultASNumber)
-	if global != nil && global.Spec.ASNumber != nil {
-		globalAS = uint32(*global.Spec.ASNumber)
+// cluster is Compute's working state: the snapshot indexed once, and the
+// problems found so far. It is pure and lives for one Compute.
+type cluster struct {
+	snap       Snapshot
+	global     *api.BGPConfiguration // "default"; may be nil
+	globalAS   uint32
+	globalPort uint16
+	nodes      map[string]*nodeInfo
+	names      []string              // of nodes, sorted
+	nodeIPs    map[netip.Addr]string // node address -> node name
+	matches    map[string][]string   // selector -> matching node names
+	problems   []string
+}
+
+func newCluster(c Snapshot) *cluster {
+	k := &cluster{
+		snap: c, global: c.BGPConfigs["default"], globalAS: DefaultASNumber,
+		nodes: map[string]*nodeInfo{}, names: make([]string, 0, len(c.Nodes)),
+		nodeIPs: map[netip.Addr]string{}, matches: map[string][]string{},
 	}
-	var globalPort uint16
-	if global != nil {
-		globalPort = global.Spec.ListenPort
-	}
-	listenPort := func(node string) uint16 {
-		if nc := c.BGPConfigs["node."+node]; nc != nil && nc.Spec.ListenPort != 0 {
-			return nc.Spec.ListenPort
+	if k.global != nil {
+		if k.global.Spec.ASNumber != nil {
+			k.globalAS = uint32(*k.global.Spec.ASNumber)
 		}
-		return globalPort
+		k.globalPort = k.global.Spec.ListenPort
 	}
-
-	nodes := map[string]*nodeInfo{}
-	names := make([]string, 0, len(c.Nodes))
 	for name, n := range c.Nodes {
-		nodes[name] = newNodeInfo(name, n)
-		names = append(names, name)
+		k.nodes[name] = newNodeInfo(name, n)
+		k.names = append(k.names, name)
 	}
-	slices.Sort(names)
-	nodeAS := func(n *nodeInfo) uint32 {
-		if n.as != 0 {
-			return n.as
-		}
-		return globalAS
-	}
-	nodeIPs := map[netip.Addr]string{}
-	for _, name := range names {
-		n := nodes[name]
+	slices.Sort(k.names)
+	for _, name := range k.names {
+		n := k.nodes[name]
 		for _, a := range []netip.Addr{n.ip4, n.ip6} {
 			if a.IsValid() {
-				nodeIPs[a] = name
+				k.nodeIPs[a] = name
 			}
 		}
 	}
+	return k
+}
 
-	me := nodes[c.NodeName]
-	if me == nil || !me.hasBGP || (!me.ip4.IsValid() && !me.ip6.IsValid()) {
-		return d
+func (k *cluster) problem(format string, args ...any) {
+	k.problems = append(k.problems, fmt.Sprintf(format, args...))
+}
+
+// listenPort is node's BGP port: its node.<name> BGPConfiguration's, else
+// the default one's; 0 for DefaultPort.
+func (k *cluster) listenPort(node string) uint16 {
+	if nc := k.snap.BGPConfigs["node."+node]; nc != nil && nc.Spec.ListenPort != 0 {
+		return nc.Spec.ListenPort
 	}
-	d.OK = true
-	d.Identity = Identity{
+	return k.globalPort
+}
+
+func (k *cluster) nodeAS(n *nodeInfo) uint32 {
+	if n.as != 0 {
+		return n.as
+	}
+	return k.globalAS
+}
+
+func (k *cluster) identity(me *nodeInfo) Identity {
+	id := Identity{
 		Node: me.name, IPv4: me.ip4, IPv6: me.ip6, Net4: me.net4, Net6: me.net6,
-		AS: nodeAS(me), ListenPort: listenPort(me.name), ClusterID: me.clusterID,
-		Labels: me.labels,
+		AS: k.nodeAS(me), ListenPort: k.listenPort(me.name), ClusterID: me.clusterID,
+		Labels: me.labels, RouterID: me.ip4,
 	}
-	if global != nil && global.Spec.BindMode != nil && *global.Spec.BindMode == api.BindModeNodeIP {
-		d.Identity.ListenOnNodeIP = true
+	if k.global != nil && k.global.Spec.BindMode != nil && *k.global.Spec.BindMode == api.BindModeNodeIP {
+		id.ListenOnNodeIP = true
 	}
-	d.Identity.RouterID = me.ip4
 	if !me.ip4.IsValid() {
 		// The router ID must be 4 octets even for IPv6-only nodes; Calico's
 		// CALICO_ROUTER_ID=hash derives one from the node name.
-		d.Identity.RouterID = hashRouterID(me.name)
+		id.RouterID = hashRouterID(me.name)
 	}
+	return id
+}
 
-	// Selector matching over all nodes, cached per selector string.
-	matchCache := map[string][]string{}
-	nodesMatching := func(sel string) []string {
-		if m, ok := matchCache[sel]; ok {
-			return m
-		}
-		s, err := selector.Parse(sel)
-		if err != nil {
-			problem("selector %q: %v", sel, err)
-			matchCache[sel] = nil
-			return nil
-		}
-		var out []string
-		for _, name := range names {
-			if s.Evaluate(nodes[name].labels) {
-				out = append(out, name)
-			}
-		}
-		matchCache[sel] = out
-		return out
+// nodesMatching lists the nodes sel selects, sorted; a selector that does
+// not parse selects none and is reported once.
+func (k *cluster) nodesMatching(sel string) []string {
+	if m, ok := k.matches[sel]; ok {
+		return m
 	}
-	nodesWithIPPortAndAS := func(ip string, as api.ASNumber, port uint16) []string {
-		want := globalAS
-		if as != 0 {
-			want = uint32(as)
-		}
-		addr, err := netip.ParseAddr(ip)
-		if err != nil {
-			return nil
-		}
-		var out []string
-		for _, name := range names {
-			n := nodes[name]
-			if n.ip4 != addr && n.ip6 != addr {
-				continue
-			}
-			if nodeAS(n) != want {
-				continue
-			}
-			if port != 0 {
-				if p := listenPort(name); p != 0 && p != port {
-					continue
-				}
-			}
+	s, err := selector.Parse(sel)
+	if err != nil {
+		k.problem("selector %q: %v", sel, err)
+		k.matches[sel] = nil
+		return nil
+	}
+	var out []string
+	for _, name := range k.names {
+		if s.Evaluate(k.nodes[name].labels) {
 			out = append(out, name)
 		}
-		return out
 	}
+	k.matches[sel] = out
+	return out
+}
 
-	secret := func(bp *api.BGPPeer) (*string, string) {
-		pw := bp.Spec.Password
-		if pw == nil || pw.SecretKeyRef == nil {
-			return nil, ""
-		}
-		if c.Secrets == nil {
-			return nil, fmt.Sprintf("password secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
-		}
-		v, err := c.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
-		if err != nil {
-			return nil, fmt.Sprintf("password secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
-		}
-		return &v, ""
+// nodesWithIPPortAndAS lists the nodes that a BGPPeer's peerIP and
+// asNumber (0: the global AS) name; port 0 matches any port.
+func (k *cluster) nodesWithIPPortAndAS(ip string, as api.ASNumber, port uint16) []string {
+	want := k.globalAS
+	if as != 0 {
+		want = uint32(as)
 	}
-	// setPeerConfigFields is Calico's setPeerConfigFieldsFromV3Resource.
-	setFields := func(ps []*peering, bp *api.BGPPeer) {
-		pw, pwErr := secret(bp)
-		for _, p := range ps {
-			p.password, p.passwordErr = pw, pwErr
-			p.useNodeIP = bp.Spec.SourceAddress == "" || bp.Spec.SourceAddress == api.SourceAddressUseNodeIP
-			if bp.Spec.MaxRestartTime != nil {
-				p.restartTime = roundSeconds(bp.Spec.MaxRestartTime.Duration)
-			}
-		}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return nil
 	}
-	nextHop := func(bp *api.BGPPeer) (bool, string) {
-		if bp.Spec.NextHopMode != nil {
-			return false, string(*bp.Spec.NextHopMode)
+	var out []string
+	for _, name := range k.names {
+		n := k.nodes[name]
+		if n.ip4 != addr && n.ip6 != addr {
+			continue
 		}
-		return bp.Spec.KeepOriginalNextHop, ""
-	}
-	nodeAsPeers := func(name string, v4, v6 bool, bp *api.BGPPeer) []*peering {
-		n := nodes[name]
-		if n == nil {
-			return nil
+		if k.nodeAS(n) != want {
+			continue
 		}
-		var out []*peering
-		for _, fam := range []struct {
-			want bool
-			ip   netip.Addr
-		}{{v4, n.ip4}, {v6, n.ip6}} {
-			if !fam.want || !fam.ip.IsValid() {
+		if port != 0 {
+			if p := k.listenPort(name); p != 0 && p != port {
 				continue
 			}
-			keep, mode := nextHop(bp)
-			p := &peering{
-				ip: fam.ip, port: listenPort(name), as: nodeAS(n), clusterID: n.clusterID,
-				keepNextHop: keep, nextHopMode: mode, peerNode: name,
-			}
-			if bp.Spec.TTLSecurity != nil {
-				p.ttlSecurity = *bp.Spec.TTLSecurity
-			}
-			out = append(out, p)
 		}
-		return out
+		out = append(out, name)
 	}
+	return out
+}
 
-	peerNames := make([]string, 0, len(c.Peers))
-	for name := range c.Peers {
-		peerNames = append(peerNames, name)
+// secret resolves a BGPPeer's password: the value, or why it has none.
+func (k *cluster) secret(bp *api.BGPPeer) (*string, string) {
+	pw := bp.Spec.Password
+	if pw == nil || pw.SecretKeyRef == nil {
+		return nil, ""
+	}
+	if k.snap.Secrets == nil {
+		return nil, fmt.Sprintf("password secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+	}
+	v, err := k.snap.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+	if err != nil {
+		return nil, fmt.Sprintf("password secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
+	}
+	return &v, ""
+}
+
+// setFields is Calico's setPeerConfigFieldsFromV3Resource.
+func (k *cluster) setFields(ps []*peering, bp *api.BGPPeer) {
+	pw, pwErr := k.secret(bp)
+	for _, p := range ps {
+		p.password, p.passwordErr = pw, pwErr
+		p.useNodeIP = bp.Spec.SourceAddress == "" || bp.Spec.SourceAddress == api.SourceAddressUseNodeIP
+		if bp.Spec.MaxRestartTime != nil {
+			p.restartTime = roundSeconds(bp.Spec.MaxRestartTime.Duration)
+		}
+	}
+}
+
+func nextHop(bp *api.BGPPeer) (keep bool, mode string) {
+	if bp.Spec.NextHopMode != nil {
+		return false, string(*bp.Spec.NextHopMode)
+	}
+	return bp.Spec.KeepOriginalNextHop, ""
+}
+
+// nodeAsPeers are the peerings with the Calico node name, in the families
+// asked for, as bp configures them.
+func (k *cluster) nodeAsPeers(name string, v4, v6 bool, bp *api.BGPPeer) []*peering {
+	n := k.nodes[name]
+	if n == nil {
+		return nil
+	}
+	var out []*peering
+	for _, fam := range []struct {
+		want bool
+		ip   netip.Addr
+	}{{v4, n.ip4}, {v6, n.ip6}} {
+		if !fam.want || !fam.ip.IsValid() {
+			continue
+		}
+		keep, mode := nextHop(bp)
+		p := &peering{
+			ip: fam.ip, port: k.listenPort(name), as: k.nodeAS(n), clusterID: n.clusterID,
+			keepNextHop: keep, nextHopMode: mode, peerNode: name,
+		}
+		if bp.Spec.TTLSecurity != nil {
+			p.ttlSecurity = *bp.Spec.TTLSecurity
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// peerIPPeering is the peering with the BGPPeer's peerIP; false (and a
+// problem) when peerIP is no address.
+func (k *cluster) peerIPPeering(name string, bp *api.BGPPeer) (*peering, bool) {
+	host, port := parseIPPort(bp.Spec.PeerIP)
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		k.problem("BGPPeer %s: peerIP %q is not an IP address", name, bp.Spec.PeerIP)
+		return nil, false
+	}
+	ip = ip.Unmap()
+	if port == 0 {
+		if ns := k.nodesWithIPPortAndAS(host, bp.Spec.ASNumber, 0); len(ns) > 0 {
+			port = k.listenPort(ns[0])
+		}
+	}
+	keep, mode := nextHop(bp)
+	p := &peering{ip: ip, port: port, as: uint32(bp.Spec.ASNumber), keepNextHop: keep, nextHopMode: mode}
+	if pn, ok := k.nodeIPs[ip]; ok {
+		p.calicoNode, p.peerNode = true, pn
+	}
+	if bp.Spec.LocalASNumber != nil {
+		p.localAS = uint32(*bp.Spec.LocalASNumber)
+	}
+	if bp.Spec.TTLSecurity != nil {
+		p.ttlSecurity = *bp.Spec.TTLSecurity
+	}
+	if bp.Spec.NumAllowedLocalASNumbers != nil && *bp.Spec.NumAllowedLocalASNumbers > 0 {
+		p.allowLocalAS = uint32(*bp.Spec.NumAllowedLocalASNumbers)
+	}
+	return p, true
+}
+
+// peerings are this node's v1 peer keys: the global ones, then the
+// node-specific ones that no global one already has, each kept in the
+// order first added (a later duplicate is dropped).
+type peerings struct {
+	global, node           map[peeringKey]*peering
+	globalOrder, nodeOrder []peeringKey
+}
+
+func (pp *peerings) addGlobal(p *peering) {
+	key := peeringKey{p.ip, p.port}
+	if _, ok := pp.global[key]; ok {
+		return
+	}
+	pp.global[key] = p
+	pp.globalOrder = append(pp.globalOrder, key)
+}
+
+func (pp *peerings) addNode(p *peering) {
+	key := peeringKey{p.ip, p.port}
+	if _, ok := pp.node[key]; ok {
+		return
+	}
+	if _, ok := pp.global[key]; ok {
+		return
+	}
+	pp.node[key] = p
+	pp.nodeOrder = append(pp.nodeOrder, key)
+}
+
+// peerings turns the BGPPeers into this node's peerings: forward ones
+// (global BGPPeers first, so that node-specific ones duplicating them are
+// skipped), then reverse ones.
+func (k *cluster) peerings() *peerings {
+	pp := &peerings{global: map[peeringKey]*peering{}, node: map[peeringKey]*peering{}}
+	names := make([]string, 0, len(k.snap.Peers))
+	for name := range k.snap.Peers {
+		names = append(names, name)
 	}
 	// Calico walks a map here; a sorted walk makes the rare conflicts
 	// (two BGPPeers producing the same peering) resolve the same way on
 	// every node and every run.
-	slices.Sort(peerNames)
-
-	globalPeers := map[peeringKey]*peering{}
-	nodePeers := map[peeringKey]*peering{}
-	var globalOrder, nodeOrder []peeringKey
-	emitGlobal := func(p *peering) {
-		k := peeringKey{p.ip, p.port}
-		if _, ok := globalPeers[k]; ok {
-			return
-		}
-		globalPeers[k] = p
-		globalOrder = append(globalOrder, k)
-	}
-	emitNode := func(p *peering) {
-		k := peeringKey{p.ip, p.port}
-		if _, ok := nodePeers[k]; ok {
-			return
-		}
-		if _, ok := globalPeers[k]; ok {
-			return
-		}
-		nodePeers[k] = p
-		nodeOrder = append(nodeOrder, k)
-	}
-
-	// Forward peerings: global BGPPeers first, so that node-specific ones
-	// duplicating them can be skipped.
+	slices.Sort(names)
 	for _, globalPass := range []bool{true, false} {
-		for _, name := range peerNames {
-			bp := c.Peers[name]
-			isGlobal := bp.Spec.NodeSelector == "" && bp.Spec.Node == ""
-			if globalPass != isGlobal {
-				continue
-			}
-			if !isGlobal {
-				var local []string
-				if bp.Spec.NodeSelector != "" {
-					local = nodesMatching(bp.Spec.NodeSelector)
-				} else {
-					local = []string{bp.Spec.Node}
-				}
-				if !slices.Contains(local, c.NodeName) {
-					continue
-				}
-			}
-			var ps []*peering
-			switch {
-			case bp.Spec.LocalWorkloadSelector != "":
-				// Peering with local workloads is not supported.
-				continue
-			case bp.Spec.PeerSelector != "":
-				for _, pn := range nodesMatching(bp.Spec.PeerSelector) {
-					ps = append(ps, nodeAsPeers(pn, true, true, bp)...)
-				}
-			default:
-				host, port := parseIPPort(bp.Spec.PeerIP)
-				ip, err := netip.ParseAddr(host)
-				if err != nil {
-					problem("BGPPeer %s: peerIP %q is not an IP address", name, bp.Spec.PeerIP)
-					continue
-				}
-				ip = ip.Unmap()
-				if port == 0 {
-					if ns := nodesWithIPPortAndAS(host, bp.Spec.ASNumber, 0); len(ns) > 0 {
-						port = listenPort(ns[0])
-					}
-				}
-				keep, mode := nextHop(bp)
-				p := &peering{ip: ip, port: port, as: uint32(bp.Spec.ASNumber), keepNextHop: keep, nextHopMode: mode}
-				if pn, ok := nodeIPs[ip]; ok {
-					p.calicoNode, p.peerNode = true, pn
-				}
-				if bp.Spec.LocalASNumber != nil {
-					p.localAS = uint32(*bp.Spec.LocalASNumber)
-				}
-				if bp.Spec.TTLSecurity != nil {
-					p.ttlSecurity = *bp.Spec.TTLSecurity
-				}
-				if bp.Spec.NumAllowedLocalASNumbers != nil && *bp.Spec.NumAllowedLocalASNumbers > 0 {
-					p.allowLocalAS = uint32(*bp.Spec.NumAllowedLocalASNumbers)
-				}
-				ps = append(ps, p)
-			}
-			setFields(ps, bp)
-			for _, p := range ps {
-				if globalPass {
-					emitGlobal(p)
-				} else {
-					emitNode(p)
-				}
-			}
+		for _, name := range names {
+			k.forwardPeerings(pp, name, globalPass)
 		}
 	}
-	// Reverse peerings: a node selected by a BGPPeer's peer side peers back
-	// with the nodes on its local side, so sessions are symmetric.
-	for _, name := range peerNames {
-		bp := c.Peers[name]
-		if bp.Spec.ReversePeering != nil && *bp.Spec.ReversePeering == api.ReversePeeringManual {
-			continue
-		}
-		if bp.Spec.LocalWorkloadSelector != "" {
-			continue
-		}
-		var local []string
-		var v4, v6 bool
-		if bp.Spec.PeerSelector != "" {
-			local = nodesMatching(bp.Spec.PeerSelector)
-			v4, v6 = true, true
-		} else {
-			host, port := parseIPPort(bp.Spec.PeerIP)
-			local = nodesWithIPPortAndAS(host, bp.Spec.ASNumber, port)
-			if strings.Contains(host, ":") {
-				v6 = true
-			} else {
-				v4 = true
-			}
-		}
-		if !slices.Contains(local, c.NodeName) {
-			continue
-		}
-		var peerNodes []string
-		switch {
-		case bp.Spec.NodeSelector != "":
-			peerNodes = nodesMatching(bp.Spec.NodeSelector)
-		case bp.Spec.Node != "":
-			peerNodes = []string{bp.Spec.Node}
-		default:
-			peerNodes = nodesMatching("all()")
-		}
-		var ps []*peering
-		for _, pn := range peerNodes {
-			ps = append(ps, nodeAsPeers(pn, v4, v6, bp)...)
-		}
-		setFields(ps, bp)
-		for _, p := range ps {
-			emitNode(p)
-		}
+	for _, name := range names {
+		k.reversePeerings(pp, name)
 	}
+	return pp
+}
 
-	// Render, in the order of the BIRD template: mesh, global, node-specific.
+// forwardPeerings adds the peerings BGPPeer name gives this node on its
+// local side: in the global pass if it is a global BGPPeer, else in the
+// node-specific pass.
+func (k *cluster) forwardPeerings(pp *peerings, name string, globalPass bool) {
+	bp := k.snap.Peers[name]
+	isGlobal := bp.Spec.NodeSelector == "" && bp.Spec.Node == ""
+	if globalPass != isGlobal {
+		return
+	}
+	if !isGlobal {
+		var local []string
+		if bp.Spec.NodeSelector != "" {
+			local = k.nodesMatching(bp.Spec.NodeSelector)
+		} else {
+			local = []string{bp.Spec.Node}
+		}
+		if !slices.Contains(local, k.snap.NodeName) {
+			return
+		}
+	}
+	var ps []*peering
+	switch {
+	case bp.Spec.LocalWorkloadSelector != "":
+		// Peering with local workloads is not supported.
+		return
+	case bp.Spec.PeerSelector != "":
+		for _, pn := range k.nodesMatching(bp.Spec.PeerSelector) {
+			ps = append(ps, k.nodeAsPeers(pn, true, true, bp)...)
+		}
+	default:
+		p, ok := k.peerIPPeering(name, bp)
+		if !ok {
+			return
+		}
+		ps = append(ps, p)
+	}
+	k.setFields(ps, bp)
+	for _, p := range ps {
+		if globalPass {
+			pp.addGlobal(p)
+		} else {
+			pp.addNode(p)
+		}
+	}
+}
+
+// reversePeerings adds the peerings of BGPPeer name in reverse: a node
+// selected by its peer side peers back with the nodes on its local side,
+// so sessions are symmetric.
+func (k *cluster) reversePeerings(pp *peerings, name string) {
+	bp := k.snap.Peers[name]
+	if bp.Spec.ReversePeering != nil && *bp.Spec.ReversePeering == api.ReversePeeringManual {
+		return
+	}
+	if bp.Spec.LocalWorkloadSelector != "" {
+		return
+	}
+	var local []string
+	var v4, v6 bool
+	if bp.Spec.PeerSelector != "" {
+		local = k.nodesMatching(bp.Spec.PeerSelector)
+		v4, v6 = true, true
+	} else {
+		host, port := parseIPPort(bp.Spec.PeerIP)
+		local = k.nodesWithIPPortAndAS(host, bp.Spec.ASNumber, port)
+		if strings.Contains(host, ":") {
+			v6 = true
+		} else {
+			v4 = true
+		}
+	}
+	if !slices.Contains(local, k.snap.NodeName) {
+		return
+	}
+	var peerNodes []string
+	switch {
+	case bp.Spec.NodeSelector != "":
+		peerNodes = k.nodesMatching(bp.Spec.NodeSelector)
+	case bp.Spec.Node != "":
+		peerNodes = []string{bp.Spec.Node}
+	default:
+		peerNodes = k.nodesMatching("all()")
+	}
+	var ps []*peering
+	for _, pn := range peerNodes {
+		ps = append(ps, k.nodeAsPeers(pn, v4, v6, bp)...)
+	}
+	k.setFields(ps, bp)
+	for _, p := range ps {
+		pp.addNode(p)
+	}
+}
+
+// meshSettings are what every mesh session shares: the default
+// BGPConfiguration's nodeMeshPassword (or why it cannot be read) and
+// nodeMeshMaxRestartTime.
+func (k *cluster) meshSettings() Session {
+	var s Session
+	if k.global == nil {
+		return s
+	}
+	if k.global.Spec.NodeMeshMaxRestartTime != nil {
+		s.RestartTime = roundSeconds(k.global.Spec.NodeMeshMaxRestartTime.Duration)
+	}
+	if pw := k.global.Spec.NodeMeshPassword; pw != nil && pw.SecretKeyRef != nil {
+		if k.snap.Secrets == nil {
+			s.PasswordError = fmt.Sprintf("nodeMeshPassword secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
+		} else if v, err := k.snap.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key); err != nil {
+			s.PasswordError = fmt.Sprintf("nodeMeshPassword secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
+		} else {
+			s.Password = v
+		}
+	}
+	return s
+}
+
+// sessions renders, for each of this node's families, in the order of
+// the BIRD template: the mesh, the global peerings, the node-specific
+// ones. A second session to one address is dropped as a problem.
+func (k *cluster) sessions(me *nodeInfo, id Identity, pp *peerings) []Session {
+	var out []Session
 	byAddr := map[netip.Addr]string{}
 	add := func(s Session) {
 		if prev, ok := byAddr[s.Addr]; ok {
-			problem("%s: a session to %s already exists (%s); ignored", s.Name, s.Addr, prev)
+			k.problem("%s: a session to %s already exists (%s); ignored", s.Name, s.Addr, prev)
 			return
 		}
 		byAddr[s.Addr] = s.Name
-		d.Sessions = append(d.Sessions, s)
+		out = append(out, s)
 	}
-	var meshPassword string
-	var meshPasswordErr string
-	var meshRestart time.Duration
-	if global != nil {
-		if global.Spec.NodeMeshMaxRestartTime != nil {
-			meshRestart = roundSeconds(global.Spec.NodeMeshMaxRestartTime.Duration)
-		}
-		if pw := global.Spec.NodeMeshPassword; pw != nil && pw.SecretKeyRef != nil {
-			if c.Secrets == nil {
-				meshPasswordErr = fmt.Sprintf("nodeMeshPassword secret %s/%s: no secret source configured", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key)
-			} else if v, err := c.Secrets.Secret(pw.SecretKeyRef.Name, pw.SecretKeyRef.Key); err != nil {
-				meshPasswordErr = fmt.Sprintf("nodeMeshPassword secret %s/%s: %v", pw.SecretKeyRef.Name, pw.SecretKeyRef.Key, err)
-			} else {
-				meshPassword = v
-			}
-		}
-	}
-	meshEnabled := global == nil || global.Spec.NodeToNodeMeshEnabled == nil || *global.Spec.NodeToNodeMeshEnabled
-
-	for _, fam := range []struct {
-		myIP netip.Addr
-		is4  bool
-	}{{me.ip4, true}, {me.ip6, false}} {
-		if !fam.myIP.IsValid() {
+	mesh := k.meshSettings()
+	meshEnabled := k.global == nil || k.global.Spec.NodeToNodeMeshEnabled == nil || *k.global.Spec.NodeToNodeMeshEnabled
+	for _, myIP := range []netip.Addr{me.ip4, me.ip6} {
+		if !myIP.IsValid() {
 			continue
-		}
-		familyIP := func(n *nodeInfo) netip.Addr {
-			if fam.is4 {
-				return n.ip4
-			}
-			return n.ip6
 		}
 		// A route reflector ignores the mesh setting: it only has the
 		// sessions BGPPeers give it.
 		if me.clusterID == "" && meshEnabled {
-			for _, name := range names {
-				n := nodes[name]
-				ip := familyIP(n)
-				if !ip.IsValid() || ip == fam.myIP || n.clusterID != "" {
-					continue
-				}
-				add(Session{
-					Name: "Mesh_" + protoID(ip, 0), Type: PeerMesh, Addr: ip, Port: listenPort(name),
-					PeerAS: nodeAS(n), LocalAS: d.Identity.AS, Source: fam.myIP,
-					// Calico makes the mesh one-directional (a node waits for
-					// peers with a higher address to connect) so that a
-					// restarting node is not raced by its peer's connection;
-					// the comparison is on the address strings, as in the
-					// template, so mixed clusters agree on who connects.
-					Passive:       ip.String() > fam.myIP.String(),
-					Password:      meshPassword,
-					PasswordError: meshPasswordErr,
-					RestartTime:   meshRestart,
-					PeerNode:      name,
-				})
+			for _, s := range k.meshSessions(myIP, id.AS, mesh) {
+				add(s)
 			}
 		}
-		render := func(p *peering, typ PeerType, prefix string) {
-			if p.ip.Is4() != fam.is4 || p.ip == fam.myIP {
-				return
+		for _, key := range pp.globalOrder {
+			if s, ok := renderPeering(pp.global[key], PeerGlobal, "Global", myIP, id.AS, me.clusterID); ok {
+				add(s)
 			}
-			localAS := d.Identity.AS
-			if p.localAS != 0 {
-				localAS = p.localAS
-			}
-			s := Session{
-				Name: prefix + "_" + protoID(p.ip, p.port), Type: typ, Addr: p.ip, Port: p.port,
-				PeerAS: p.as, LocalAS: localAS, RestartTime: p.restartTime,
-				TTLSecurity: p.ttlSecurity, AllowLocalAS: p.allowLocalAS, PeerNode: p.peerNode,
-				PasswordError: p.passwordErr,
-			}
-			if p.useNodeIP {
-				s.Source = fam.myIP
-			}
-			if typ == PeerGlobal && p.calicoNode && p.ip.String() > fam.myIP.String() {
-				s.Passive = true
-			}
-			if p.as == localAS && me.clusterID != "" && p.clusterID != me.clusterID {
-				s.RRClient, s.ClusterID = true, me.clusterID
-			}
-			if p.password != nil {
-				s.Password = *p.password
-			}
-			if p.as != localAS && p.keepNextHop {
-				s.NextHopKeep = true
-			}
-			switch p.nextHopMode {
-			case string(api.NextHopModeSelf):
-				s.NextHopSelf = true
-			case string(api.NextHopModeKeep):
-				s.NextHopKeep = true
-			}
-			add(s)
 		}
-		for _, k := range globalOrder {
-			render(globalPeers[k], PeerGlobal, "Global")
-		}
-		for _, k := range nodeOrder {
-			render(nodePeers[k], PeerNode, "Node")
+		for _, key := range pp.nodeOrder {
+			if s, ok := renderPeering(pp.node[key], PeerNode, "Node", myIP, id.AS, me.clusterID); ok {
+				add(s)
+			}
 		}
 	}
-	slices.SortFunc(d.Sessions, func(a, b Session) int { return strings.Compare(a.Name, b.Name) })
-	return d
+	return out
+}
+
+// meshSessions are the mesh sessions of the family of myIP: one to every
+// other node with an address in it that is not a route reflector.
+func (k *cluster) meshSessions(myIP netip.Addr, myAS uint32, shared Session) []Session {
+	var out []Session
+	for _, name := range k.names {
+		n := k.nodes[name]
+		ip := n.ip6
+		if myIP.Is4() {
+			ip = n.ip4
+		}
+		if !ip.IsValid() || ip == myIP || n.clusterID != "" {
+			continue
+		}
+		s := shared
+		s.Name, s.Type, s.Addr, s.Port = "Mesh_"+protoID(ip, 0), PeerMesh, ip, k.listenPort(name)
+		s.PeerAS, s.LocalAS, s.Source, s.PeerNode = k.nodeAS(n), myAS, myIP, name
+		// Calico makes the mesh one-directional (a node waits for peers
+		// with a higher address to connect) so that a restarting node is
+		// not raced by its peer's connection; the comparison is on the
+		// address strings, as in the template, so mixed clusters agree on
+		// who connects.
+		s.Passive = ip.String() > myIP.String()
+		out = append(out, s)
+	}
+	return out
+}
+
+// renderPeering is the session of peering p from myIP (of a node with AS
+// myAS, in route reflector cluster myClusterID, "" if none); false when p
+// is of the other family or is myIP itself.
+func renderPeering(p *peering, typ PeerType, prefix string, myIP netip.Addr, myAS uint32, myClusterID string) (Session, bool) {
+	if p.ip.Is4() != myIP.Is4() || p.ip == myIP {
+		return Session{}, false
+	}
+	localAS := myAS
+	if p.localAS != 0 {
+		localAS = p.localAS
+	}
+	s := Session{
+		Name: prefix + "_" + protoID(p.ip, p.port), Type: typ, Addr: p.ip, Port: p.port,
+		PeerAS: p.as, LocalAS: localAS, RestartTime: p.restartTime,
+		TTLSecurity: p.ttlSecurity, AllowLocalAS: p.allowLocalAS, PeerNode: p.peerNode,
+		PasswordError: p.passwordErr,
+	}
+	if p.useNodeIP {
+		s.Source = myIP
+	}
+	if typ == PeerGlobal && p.calicoNode && p.ip.String() > myIP.String() {
+		s.Passive = true
+	}
+	if p.as == localAS && myClusterID != "" && p.clusterID != myClusterID {
+		s.RRClient, s.ClusterID = true, myClusterID
+	}
+	if p.password != nil {
+		s.Password = *p.password
+	}
+	if p.as != localAS && p.keepNextHop {
+		s.NextHopKeep = true
+	}
+	switch p.nextHopMode {
+	case string(api.NextHopModeSelf):
+		s.NextHopSelf = true
+	case string(api.NextHopModeKeep):
+		s.NextHopKeep = true
+	}
+	return s, true
 }
 
 func newNodeInfo(name string, n *api.Node) *nodeInfo {

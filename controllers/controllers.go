@@ -38,6 +38,38 @@ var All = []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy, Node, IP
 // aliases are other spellings Calico's ENABLED_CONTROLLERS accepts.
 var aliases = map[string]string{"profile": Namespace, "pod": WorkloadEndpoint}
 
+// computedOnKDD are the controllers with nothing to do on the Kubernetes
+// datastore, and why: what they write is computed there from the
+// Kubernetes objects themselves (and the datastore refuses writes of it).
+var computedOnKDD = map[string]string{
+	Namespace:        "namespace profiles (kns.*) are computed from Namespaces",
+	ServiceAccount:   "service account profiles (ksa.*) are computed from ServiceAccounts",
+	WorkloadEndpoint: "workload endpoints, their labels included, are computed from Pods",
+	Policy:           "Kubernetes NetworkPolicies are read directly as knp.default.* policies",
+}
+
+// ForDatastore splits enabled into the controllers that run on a datastore
+// of the given type (datastore.TypeEtcd or TypeKubernetes) and those that
+// do not apply to it, with the reason for each: on the Kubernetes
+// datastore only node and ipamgc have work, as in Calico, whose KDD
+// manifests enable only its node controller.
+func ForDatastore(enabled []string, datastoreType string) (run []string, skipped map[string]string) {
+	if datastoreType != datastore.TypeKubernetes {
+		return enabled, nil
+	}
+	for _, name := range enabled {
+		if why, ok := computedOnKDD[name]; ok {
+			if skipped == nil {
+				skipped = map[string]string{}
+			}
+			skipped[name] = why
+			continue
+		}
+		run = append(run, name)
+	}
+	return run, skipped
+}
+
 // ParseEnabled reads a comma-separated controller list ("" = none).
 func ParseEnabled(s string) ([]string, error) {
 	var out []string
@@ -92,7 +124,11 @@ type Config struct {
 	GCInterval time.Duration
 	// NodeCleanupRetry: see DefaultNodeCleanupRetry.
 	NodeCleanupRetry time.Duration
-	Logger           *slog.Logger
+	// Datastore is the store's type, datastore.TypeEtcd ("" = etcd) or
+	// datastore.TypeKubernetes. (Given here, not asked of the store,
+	// because the store may be a connection still being made.)
+	Datastore string
+	Logger    *slog.Logger
 	// Registerer receives the controllers' metrics; nil = none.
 	Registerer prometheus.Registerer
 }
@@ -122,6 +158,9 @@ type Controllers struct {
 	elector *kube.Elector
 	store   Store
 	ipam    IPAM
+	// kdd: the store is the Kubernetes datastore, where Calico Nodes are
+	// the Kubernetes Nodes themselves.
+	kdd     bool
 	log     *slog.Logger
 	metrics *metrics
 }
@@ -134,7 +173,9 @@ type metrics struct {
 	syncFailures *prometheus.CounterVec
 }
 
-// New checks cfg and builds the actor on the Kubernetes API client k.
+// New checks cfg and builds the actor on the Kubernetes API client k. On
+// the Kubernetes datastore the controllers that do not apply there (see
+// ForDatastore) are left out, each with a warning, and the rest run.
 func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, error) {
 	for _, n := range cfg.Enabled {
 		if !slices.Contains(All, n) {
@@ -172,6 +213,18 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	log := cfg.Logger.With("component", "kube-controllers")
+	kdd := cfg.Datastore == datastore.TypeKubernetes
+	if kdd {
+		run, skipped := ForDatastore(cfg.Enabled, datastore.TypeKubernetes)
+		for _, name := range cfg.Enabled {
+			if why, ok := skipped[name]; ok {
+				log.Warn("controller does not apply to the Kubernetes datastore; not starting it",
+					"controller", name, "reason", why)
+			}
+		}
+		cfg.Enabled = run
+	}
 	m := &metrics{
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_kube_controllers_leader", Help: "1 while this instance holds the controllers' lease."}),
 		gcCandidates: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipam_allocations_gc_candidates",
@@ -186,8 +239,7 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.leader, m.gcCandidates, m.gcReclaimed, m.nodesRemoved, m.syncFailures)
 	}
-	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc,
-		log: cfg.Logger.With("component", "kube-controllers"), metrics: m}
+	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc, kdd: kdd, log: log, metrics: m}
 	if len(cfg.Enabled) == 0 {
 		return c, nil
 	}

@@ -37,6 +37,31 @@
 //     handle is a confirmed leak. Allocations without pod attributes are
 //     never released. Each release is logged with the pod it belonged to.
 //
+// # On the Kubernetes datastore
+//
+// There Calico computes Profiles from Namespaces and ServiceAccounts,
+// WorkloadEndpoints (labels included) from Pods, and reads Kubernetes
+// NetworkPolicies as knp.default.*; the store refuses writes of them. So
+// with Config.Datastore "kubernetes" New leaves the namespace,
+// serviceaccount, workloadendpoint and policy controllers out, with a
+// warning each (ForDatastore), and runs node and ipamgc, as Calico's KDD
+// manifests do.
+//
+// The Calico Node is the Kubernetes Node (its orchRef names itself), so
+// the node controller syncs no labels and deletes no Node. When a
+// Kubernetes Node is deleted and no Pod bound to it remains, it removes
+// what Calico keeps for the node elsewhere, the same cleanupNode as on
+// etcd: pod and tunnel addresses, block affinities, BGPPeers,
+// HostEndpoints, node.<name> configurations. Its full reconcile finds the
+// nodes deleted while no controller ran by their IPAM, as Calico's IPAM
+// controller does: block affinities or pod/tunnel addresses of a node
+// Kubernetes does not have. Configuration alone is not evidence that a
+// node existed (it may be written ahead of one), so it is left alone.
+// ipamgc is unchanged: the endpoints it checks addresses against are the
+// pods' (their cni.projectcalico.org annotations or status). RemoveNode
+// (calicoctl delete node) cleans up and then returns the store's
+// datastore.ErrNotSupported for the Node itself, as Calico's does on KDD.
+//
 // # Design
 //
 // Run loops over leadership terms (kube.Elector.Lead on the Lease). While

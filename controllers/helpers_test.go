@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,11 +18,13 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // env is a Kubernetes control plane and a Calico datastore.
@@ -29,6 +32,7 @@ type env struct {
 	ctx   context.Context
 	kube  *kubetest.Cluster
 	store datastore.Store
+	kv    datastore.KV // IPAM's storage
 	ipam  *ipam.Client
 	logs  *syncBuffer
 }
@@ -44,7 +48,34 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := &env{ctx: ctx, kube: kube, store: store, ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
+	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// newKDDEnv is an env whose Calico datastore is the Kubernetes API itself
+// (Calico's CRDs installed), IPAM included, as DATASTORE_TYPE=kubernetes.
+func newKDDEnv(t *testing.T) *env {
+	t.Helper()
+	kube := kubetest.Start(t)
+	if out, err := kube.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
+		t.Fatalf("apply CRDs: %v\n%s", err, out)
+	}
+	if out, err := kube.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("wait for CRDs: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: kube.Kubeconfig}})
+	if err != nil {
+		t.Fatalf("open datastore: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", e.logs.String())
@@ -71,6 +102,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// logger logs to the env's buffer as instance.
+func (e *env) logger(instance string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", instance)
+}
+
 // fastConfig is a Config with short leader-election timings.
 func (e *env) fastConfig(identity string, enabled ...string) Config {
 	return Config{
@@ -83,7 +119,8 @@ func (e *env) fastConfig(identity string, enabled ...string) Config {
 		Resync:           time.Minute,
 		GCInterval:       300 * time.Millisecond,
 		NodeCleanupRetry: 500 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", identity),
+		Logger:           e.logger(identity),
+		Datastore:        e.store.Type(),
 	}
 }
 

@@ -83,6 +83,11 @@ func newNodeController(c *Controllers, f *informers, log *slog.Logger) (runner, 
 // node that registers after its Kubernetes node gets its labels at once,
 // not at the next full reconcile.
 func (nc *nodeController) run(ctx context.Context) {
+	if nc.c.kdd {
+		// The Calico Nodes are the Kubernetes Nodes the informer has.
+		nc.queue.run(ctx)
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for ev := range nc.c.store.Watch(ctx, "Node", 0) {
@@ -145,6 +150,9 @@ func (nc *nodeController) calicoNodes(ctx context.Context) (map[string]*api.Node
 // keys: every Kubernetes node whose Calico labels are stale, and every
 // Calico node whose Kubernetes node is gone.
 func (nc *nodeController) keys(ctx context.Context) ([]string, error) {
+	if nc.c.kdd {
+		return nc.goneNodesWithIPAM(ctx)
+	}
 	byK8s, err := nc.calicoNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -164,6 +172,9 @@ func (nc *nodeController) keys(ctx context.Context) ([]string, error) {
 }
 
 func (nc *nodeController) sync(ctx context.Context, knode string) error {
+	if nc.c.kdd {
+		return nc.syncKDD(ctx, knode)
+	}
 	nc.mu.Lock()
 	cname, ok := nc.calicoNames[knode]
 	nc.mu.Unlock()
@@ -198,28 +209,92 @@ func (nc *nodeController) sync(ctx context.Context, knode string) error {
 	case !apierrors.IsNotFound(err):
 		return err
 	}
-	// The cache says the node is gone; the API server must agree.
-	if _, err := nc.c.kube.Nodes().Get(ctx, knode); err == nil {
-		return nil
-	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("confirm kubernetes node %s is gone: %w", knode, err)
-	}
-	pods, err := nc.c.kube.Pods("").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", knode).String(),
-	})
-	if err != nil {
-		return fmt.Errorf("list pods of node %s: %w", knode, err)
-	}
-	if n := len(pods.Items); n > 0 {
-		nc.log.Info("kubernetes node deleted but pods remain; waiting before removing its calico node",
-			"node", knode, "calicoNode", cn.Name, "pods", n)
-		return retryAfter(nc.c.cfg.NodeCleanupRetry)
+	if gone, err := nc.goneWithItsPods(ctx, knode, cn.Name); !gone {
+		return err
 	}
 	if err := nc.remove(ctx, cn); err != nil {
 		return err
 	}
 	nc.c.metrics.nodesRemoved.Inc()
 	return nil
+}
+
+// goneWithItsPods reports whether the Kubernetes node the informer cache
+// no longer has is gone from the API server too, with every Pod bound to
+// it; while pods remain it asks for a retry (as err).
+func (nc *nodeController) goneWithItsPods(ctx context.Context, knode, cname string) (bool, error) {
+	if _, err := nc.c.kube.Nodes().Get(ctx, knode); err == nil {
+		return false, nil
+	} else if !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("confirm kubernetes node %s is gone: %w", knode, err)
+	}
+	pods, err := nc.c.kube.Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", knode).String(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("list pods of node %s: %w", knode, err)
+	}
+	if n := len(pods.Items); n > 0 {
+		nc.log.Info("kubernetes node deleted but pods remain; waiting before removing its calico node",
+			"node", knode, "calicoNode", cname, "pods", n)
+		return false, retryAfter(nc.c.cfg.NodeCleanupRetry)
+	}
+	return true, nil
+}
+
+// syncKDD is sync on the Kubernetes datastore, where the Calico Node is
+// the Kubernetes Node (its orchRef names itself) and goes with it: what
+// is left to remove is what belongs to the node elsewhere, its IPAM, its
+// BGPPeers, HostEndpoints and node.<name> configurations. Node labels
+// need no sync: the Calico Node shows the Kubernetes labels themselves.
+func (nc *nodeController) syncKDD(ctx context.Context, name string) error {
+	if _, err := nc.nodes.Get(name); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if gone, err := nc.goneWithItsPods(ctx, name, name); !gone {
+		return err
+	}
+	log := nc.log.With("node", name)
+	log.Info("kubernetes node deleted and no pods remain; removing what calico kept for it")
+	if err := cleanupNode(ctx, nc.c.store, nc.c.ipam, name, log); err != nil {
+		return err
+	}
+	nc.c.metrics.nodesRemoved.Inc()
+	return nil
+}
+
+// goneNodesWithIPAM are the nodes that Calico IPAM holds block affinities
+// or releasable addresses (pods', tunnels') for but that Kubernetes does
+// not have: on the Kubernetes datastore, nodes deleted while no
+// controller watched, as Calico's IPAM controller finds them. IPAM is the
+// evidence that the node existed: a BGPPeer, HostEndpoint or node.<name>
+// configuration alone may be made ahead of a node that has yet to join,
+// and is removed only with a node seen to go.
+func (nc *nodeController) goneNodesWithIPAM(ctx context.Context) ([]string, error) {
+	report, err := nc.c.ipam.Check(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read IPAM: %w", err)
+	}
+	names := map[string]bool{}
+	for _, b := range report.Stats.BlockList {
+		if b.Node != "" {
+			names[b.Node] = true
+		}
+	}
+	for _, a := range report.SortedAllocations() {
+		if a.Node != "" && (isPodAllocation(a) || isTunnelAllocation(a)) {
+			names[a.Node] = true
+		}
+	}
+	var keys []string
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if _, err := nc.nodes.Get(name); apierrors.IsNotFound(err) {
+			keys = append(keys, name)
+		}
+	}
+	return keys, nil
 }
 
 // labelsToSync reports whether the Calico node lacks the Kubernetes
@@ -286,17 +361,38 @@ func (nc *nodeController) syncLabels(ctx context.Context, cn *api.Node, kn *core
 func (nc *nodeController) remove(ctx context.Context, cn *api.Node) error {
 	log := nc.log.With("calicoNode", cn.Name, "node", K8sNodeName(cn))
 	log.Info("kubernetes node deleted and no pods remain; removing calico node")
-	return RemoveNode(ctx, nc.c.store, nc.c.ipam, cn.Name, log)
+	if err := cleanupNode(ctx, nc.c.store, nc.c.ipam, cn.Name, log); err != nil {
+		return err
+	}
+	return deleteResource(ctx, nc.c.store, "Node", "", cn.Name, log)
 }
 
 // RemoveNode deletes a Calico node and everything that belongs to it, as
 // libcalico-go's node deletion does: its workload endpoints and their
 // addresses (except one another node's endpoint uses), its tunnel
 // addresses, its block affinities, its BGPPeers and HostEndpoints, its
-// node-specific Felix and BGP configuration, and the Node itself. Used by
-// the node controller and by `calicoctl delete node`. Missing pieces are
-// not errors, so a half-finished removal can simply be run again.
+// node-specific Felix and BGP configuration, and then the Node itself.
+// It is `calicoctl delete node`. The cleanup runs whether or not the Node
+// exists (missing pieces are not errors, so a half-finished removal can be
+// run again); the Node's own deletion then reports what the datastore
+// says: datastore.ErrNotFound for a Node that is not there, and, on the
+// Kubernetes datastore, where the Calico Node is the Kubernetes Node,
+// datastore.ErrNotSupported, as Calico's calicoctl reports there after
+// the same cleanup.
 func RemoveNode(ctx context.Context, store Store, ipamc IPAM, name string, log *slog.Logger) error {
+	if err := cleanupNode(ctx, store, ipamc, name, log); err != nil {
+		return fmt.Errorf("clean up node %s: %w", name, err)
+	}
+	if _, err := store.Delete(ctx, "Node", "", name, ""); err != nil {
+		return err // the store's error names the Node
+	}
+	log.Info("deleted node", "name", name)
+	return nil
+}
+
+// cleanupNode is RemoveNode without the Node itself: everything else that
+// is the node's. Missing pieces are not errors.
+func cleanupNode(ctx context.Context, store Store, ipamc IPAM, name string, log *slog.Logger) error {
 	nc := &nodeController{c: &Controllers{store: store, ipam: ipamc, log: log}}
 
 	// Its workload endpoints and their addresses.
@@ -352,7 +448,7 @@ func RemoveNode(ctx context.Context, store Store, ipamc IPAM, name string, log *
 			return err
 		}
 	}
-	return deleteResource(ctx, nc.c.store, "Node", "", name, log)
+	return nil
 }
 
 func nodeOf(o api.Object) string {

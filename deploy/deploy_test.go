@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -669,6 +670,93 @@ func TestKDD(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("the controllers clean up a deleted node", func(t *testing.T) {
+		// The operator's configuration for node-2, written as admin; the
+		// address and block the CNI plugin takes on it, as calico-node.
+		admin, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{
+			APIEndpoint: c.URL, CAFile: c.CAFile, Token: token,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pool := &api.IPPool{}
+		pool.Kind, pool.APIVersion, pool.Name = "IPPool", api.GroupVersion, "controllers-test"
+		pool.Spec.CIDR = "10.245.0.0/16"
+		peer := &api.BGPPeer{}
+		peer.Kind, peer.APIVersion, peer.Name = "BGPPeer", api.GroupVersion, "tor-node-2"
+		peer.Spec.Node, peer.Spec.PeerIP, peer.Spec.ASNumber = "node-2", "192.0.2.1", api.ASNumber(64512)
+		fc := &api.FelixConfiguration{}
+		fc.Kind, fc.APIVersion, fc.Name = "FelixConfiguration", api.GroupVersion, "node.node-2"
+		for _, o := range []api.Object{pool, peer, fc} {
+			if _, err := admin.Create(ctx, o); err != nil {
+				t.Fatalf("create %s: %v", o.Meta().Name, err)
+			}
+		}
+		ipamc := ipam.New(store.IPAM(), store, nil)
+		v4, _, err := ipamc.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "k8s-pod-network.gone", Node: "node-2",
+			IPv4Pools: []string{"controllers-test"}, Attrs: map[string]string{"namespace": "default", "pod": "gone"}})
+		if err != nil || len(v4) != 1 {
+			t.Fatalf("allocate as calico-node: %v %v", v4, err)
+		}
+
+		// The manifest's controllers, with nothing but the RBAC.
+		saKube, err := kube.New(c.ConfigForToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrl, err := controllers.New(controllers.Config{
+			Enabled: []string{controllers.Node, controllers.IPAMGC}, Datastore: datastore.TypeKubernetes, Identity: "node-1",
+			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+		}, saKube, store, ipamc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ctrl.Run(runCtx) }()
+		defer func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("controllers: %v", err)
+			}
+		}()
+
+		if err := c.Client.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var left []string
+			for _, o := range []api.Object{peer, fc} {
+				if _, err := admin.Get(ctx, o.Type().Kind, "", o.Meta().Name); !errors.Is(err, datastore.ErrNotFound) {
+					left = append(left, fmt.Sprintf("%s %s: %v", o.Type().Kind, o.Meta().Name, err))
+				}
+			}
+			if _, err := ipamc.Lookup(ctx, v4[0].Addr()); !errors.Is(err, ipam.ErrNotAllocated) {
+				left = append(left, fmt.Sprintf("address %s: %v", v4[0].Addr(), err))
+			}
+			if blocks, err := ipamc.AffineBlocks(ctx, "node-2"); err != nil || len(blocks) > 0 {
+				left = append(left, fmt.Sprintf("blocks of node-2: %v %v", blocks, err))
+			}
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not cleaned up by controllers running as calico-node:\n%s", strings.Join(left, "\n"))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 }
 
 // crdGroup is the API group of Calico's custom resources.
@@ -714,6 +802,8 @@ func (a access) in(list []access) bool {
 //     through the status subresource;
 //   - IPAM on its four CRDs (CNI plugin, agent tunnel addresses, IPAM GC);
 //   - start-up's ClusterInformation, tiers and default pools;
+//   - the node controller's removal of a deleted node's BGPPeers,
+//     HostEndpoints and node.<name> configurations;
 //   - the controllers' Lease.
 func kddAccess() []access {
 	var out []access
@@ -748,6 +838,9 @@ func kddAccess() []access {
 	}
 	for _, r := range []string{"clusterinformations", "tiers", "ippools"} {
 		out = append(out, access{verb: "create", group: crdGroup, resource: r})
+	}
+	for _, r := range []string{"bgppeers", "hostendpoints", "felixconfigurations", "bgpconfigurations"} {
+		out = append(out, access{verb: "delete", group: crdGroup, resource: r})
 	}
 	out = append(out,
 		access{verb: "patch", resource: "nodes/status"},

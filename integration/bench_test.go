@@ -149,7 +149,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 	w := confwatch.New(store, logger, nil)
 	applied := make(chan time.Time, 16)
 	ap := &notifyApplier{p: xtables.New(be, r, nil, logger), done: applied}
-	pol := agent.NewPolicy(nodeName, w, ap, nil, nil, time.Hour, nil, logger)
+	pol := agent.NewPolicy(agent.PolicyConfig{Node: nodeName, Resync: time.Hour, Logger: logger}, w, ap, nil)
 	pol.Overrides = &api.FelixConfigurationSpec{IPv6Support: new(bool)}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -199,13 +199,15 @@ type notifyApplier struct {
 	done chan<- time.Time
 }
 
-func (a *notifyApplier) Apply(ctx context.Context, f *policy.Family) (xtables.Stats, error) {
-	st, err := a.p.Apply(ctx, f)
+func (a *notifyApplier) Apply(ctx context.Context, f *policy.Family) error {
+	_, err := a.p.Apply(ctx, f)
 	if err == nil {
 		a.done <- time.Now()
 	}
-	return st, err
+	return err
 }
+
+func (a *notifyApplier) Invalidate() { a.p.Invalidate() }
 
 // recRunner runs commands inside its own fresh network namespace and keeps
 // the last stdin given to each program.

@@ -6,8 +6,11 @@
 //	            autodetection, health/metrics server, embedded etcd
 //	model/      the data model: api (Calico's v3 kinds, validation, the
 //	            parsed IPPool view) and selector (Calico's selector language)
-//	datastore/  where the model is stored: the etcd v3 backend
-//	ipam/       Calico's block IPAM over the datastore
+//	datastore/  where the model is stored: the Store and KV seam, the etcd
+//	            v3 backend (etcd/), the Kubernetes API backend (kdd/, with
+//	            crdgen writing deploy/crds.yaml) and connect/, which opens
+//	            the one a configuration names
+//	ipam/       Calico's block IPAM, one algorithm over either backend
 //	policy/     the pure policy compiler, its packet simulator (sim) and the
 //	            Kubernetes NetworkPolicy translation (k8spolicy)
 //	cni/        the calico and calico-ipam plugins, the agent's CNI server,

@@ -46,14 +46,14 @@
 //	            Compute(Input) Desired            (pure: devices, peers, routes)
 //	                                              ▼
 //	   kernel: devices, addresses, neighbours, FDB (netlink handle of the node's namespace)
-//	   routes.Table.Set(SourceTunnels, routes)    (the one owner of proto-80 routes)
+//	   routetable.Table.Set(SourceTunnels, routes)  (the one owner of proto-80 routes)
 //
 // The kernel side reconciles desired against actual and touches only what
 // it owns: the two vxlan devices entirely (a vxlan device that is not
 // wanted is deleted, which takes its entries and routes with it), and on
 // tunl0 (shared with anything else using IP-in-IP, never deleted) its MTU,
 // up flag and address. An unchanged state changes nothing in the kernel.
-// Routes go through routes.Table so that they are diffed with everyone
+// Routes go through routetable.Table so that they are diffed with everyone
 // else's and survive hand edits; the overlay's source sorts before BGP's,
 // so a block both would route goes through the tunnel.
 //

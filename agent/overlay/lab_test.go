@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
-	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
@@ -43,7 +43,7 @@ import (
 // router) and, per pod, a host-side veth "caliN" with proxy ARP and a /32
 // route, the pod namespace holding the other end as eth0 with a default
 // route via 169.254.1.1, as Calico's CNI plugin sets them up. Each node
-// runs its own confwatch, routes.Table and overlay actor in-process, with
+// runs its own confwatch, routetable.Table and overlay actor in-process, with
 // netlink handles for its namespace, against one real etcd.
 
 // labNodeSpec places a node.
@@ -169,7 +169,7 @@ func (l *lab) start(name string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w := confwatch.New(store, logger, nil)
-	table := routes.New(n.nl, 5*time.Second, logger)
+	table := routetable.New(n.nl, 5*time.Second, logger)
 	n.health = &fakeHealth{}
 	ov := New(Config{NodeName: name, Resync: 3 * time.Second, Logger: logger}, Deps{
 		Updates: w.Subscribe(Kinds()...),

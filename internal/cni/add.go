@@ -25,17 +25,6 @@ func cmdAdd(args *skel.CmdArgs) error {
 	return run(&host{}, NetworkPlugin, "ADD", args, (*invocation).add)
 }
 
-// podResult and vethResult carry what ADD starts in the background.
-type podResult struct {
-	info *podInfo
-	err  error
-}
-
-type vethResult struct {
-	v   *pendingVeth
-	err error
-}
-
 // add is the network plugin's ADD. In order: open the pod's namespace
 // (fail before allocating anything if it is gone), connect to etcd and look
 // for the workload's existing endpoint, allocate addresses, give the pod
@@ -56,19 +45,24 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	defer netns.Close()
 	inv.phase("open netns")
 
-	var undo []func(context.Context)
+	ids := newWorkloadIDs(inv)
+	tx := &addTx{inv: inv, vcfg: vethConfig{
+		hostName: ids.hostVethName(),
+		contName: inv.args.IfName,
+		netns:    netns,
+		mtu:      inv.conf.mtu(),
+		allowFwd: inv.conf.ContainerSettings.AllowIPForwarding,
+		logger:   inv.logger,
+	}}
 	defer func() {
-		if err == nil {
-			return
-		}
-		for i := len(undo) - 1; i >= 0; i-- {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-			undo[i](uctx)
-			cancel()
+		if err != nil {
+			tx.rollback(ctx)
 		}
 	}()
+	// Runs before the rollback above, so that a veth still being built
+	// is in the undo list.
+	defer tx.collectVeth()
 
-	ids := newWorkloadIDs(inv)
 	var podCh chan podResult
 	if inv.k8s != nil && inv.conf.k8sAPIConfigured() {
 		podCh = make(chan podResult, 1)
@@ -77,59 +71,13 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 			podCh <- podResult{info, err}
 		}()
 	}
-	hostName := ids.hostVethName()
-	mtu := inv.conf.mtu()
-	vcfg := vethConfig{
-		hostName: hostName,
-		contName: inv.args.IfName,
-		netns:    netns,
-		mtu:      mtu,
-		allowFwd: inv.conf.ContainerSettings.AllowIPForwarding,
-		logger:   inv.logger,
-	}
 	if inv.conf.IPAMConf.Type == calicoIPAMType {
 		// The families the config asks for; annotations may still change
 		// them, which finish makes up for.
-		vcfg.want4, vcfg.want6 = inv.conf.assignV4() > 0, inv.conf.assignV6() > 0
-	}
-	// The veth, built in the background once it is safe to (vethCh
-	// delivers it); awaitVeth registers its undo.
-	var vethCh chan vethResult
-	startVeth := func() {
-		vethCh = make(chan vethResult, 1)
-		go func() {
-			v, err := createVeth(vcfg)
-			vethCh <- vethResult{v, err}
-		}()
-	}
-	var veth *pendingVeth
-	awaitVeth := func() error {
-		if vethCh == nil {
-			return nil
+		tx.vcfg.want4, tx.vcfg.want6 = inv.conf.assignV4() > 0, inv.conf.assignV6() > 0
+		if ids.orchestrator == api.OrchestratorKubernetes {
+			tx.startVeth()
 		}
-		r := <-vethCh
-		vethCh = nil
-		if r.err != nil {
-			return r.err
-		}
-		veth = r.v
-		undo = append(undo, func(context.Context) { veth.remove() })
-		return nil
-	}
-	// However ADD ends, a veth still being built is collected; on error
-	// its undo (registered by awaitVeth) removes it, as this runs first.
-	defer func() {
-		if vethCh != nil {
-			if aerr := awaitVeth(); aerr != nil {
-				inv.logger.Debug("background veth failed", "err", aerr)
-			}
-		}
-		if veth != nil {
-			veth.close()
-		}
-	}()
-	if ids.orchestrator == api.OrchestratorKubernetes && inv.conf.IPAMConf.Type == calicoIPAMType {
-		startVeth()
 	}
 
 	store, err := inv.datastore(ctx)
@@ -162,79 +110,195 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	}
 
 	// 1. Addresses, and the veth beside them.
-	var (
-		addrs  []netip.Prefix
-		routes = defaultRoutes()
-		dns    = inv.conf.DNS
-	)
+	var pn podNetwork
 	if inv.conf.IPAMConf.Type == calicoIPAMType {
-		req := ipamRequestFromConf(inv.conf)
-		var nsLabels map[string]string
-		if pod != nil {
-			if err := req.applyAnnotations(pod); err != nil {
-				return err
-			}
-			nsLabels = pod.NSLabels
-		}
-		if len(req.ips) > 0 && existing != nil && existing.Spec.ContainerID != inv.args.ContainerID {
-			// The pod's previous sandbox still holds the requested
-			// addresses; Calico frees them for the new one.
-			if err := inv.releaseEndpointIPs(ctx, existing); err != nil {
-				return err
-			}
-		}
-		if vethCh == nil {
-			startVeth()
-		}
-		addrs, err = inv.calicoAssign(ctx, req, nsLabels)
-		if err != nil {
-			return err
-		}
-		undo = append(undo, func(ctx context.Context) {
-			if err := inv.calicoRelease(ctx, inv.args.ContainerID); err != nil {
-				inv.logger.Warn("undo: release addresses", "err", err)
-			}
-		})
+		pn, err = inv.assignCalico(ctx, tx, pod, existing)
 	} else {
-		if pod != nil && pod.Annotations[annotationIPAddrs] != "" {
-			return configError("annotation "+annotationIPAddrs, "needs calico-ipam, not %s", inv.conf.IPAMConf.Type)
-		}
-		res, err := inv.delegateAdd(ctx)
-		if err != nil {
-			return err
-		}
-		undo = append(undo, func(ctx context.Context) {
-			if err := inv.delegateDel(ctx); err != nil {
-				inv.logger.Warn("undo: release addresses", "err", err)
-			}
-		})
-		addrs = hostPrefixes(res.IPs)
-		routes = delegatedRoutes(res, inv.conf.IncludeDefaultRoutes)
-		if len(res.DNS.Nameservers) > 0 || res.DNS.Domain != "" || len(res.DNS.Search) > 0 {
-			dns = res.DNS
-		}
-		vcfg.want4, vcfg.want6 = hasFamily(addrs, true), hasFamily(addrs, false)
-		startVeth()
+		pn, err = inv.assignDelegated(ctx, tx, pod)
+	}
+	if err != nil {
+		return err
 	}
 	inv.phase("assign addresses")
-	inv.logger.Debug("addresses assigned", "addresses", addrs)
-	if err := awaitVeth(); err != nil {
+	inv.logger.Debug("addresses assigned", "addresses", pn.addrs)
+	if err := tx.awaitVeth(); err != nil {
 		return err
 	}
 
 	// 2. The pod's addresses and routes.
-	if err := veth.finish(addrs, routes); err != nil {
+	if err := tx.veth.finish(pn.addrs, pn.routes); err != nil {
 		return err
 	}
 	inv.phase("build veth")
 
 	// 3. The WorkloadEndpoint, and the network's profile.
-	ep, err := inv.newEndpoint(ids, pod, existing, addrs, hostName, veth.contMAC.String())
+	if err := inv.writeEndpointAndProfile(ctx, tx, store, ids, pod, existing, pn.addrs); err != nil {
+		return err
+	}
+	inv.phase("write endpoint and profile")
+
+	// The runtime may have torn the namespace down while we worked on it
+	// through our descriptor: then nothing we built is reachable.
+	// (The agent, holding the runtime's descriptor, can check only when
+	// it sees the runtime's namespace mounts.)
+	if _, err := os.Stat(inv.sandbox()); (err == nil || inv.host.netnsName == "") && !sameNetNS(netns, inv.sandbox()) {
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s disappeared during ADD", inv.sandbox()), "")
+	}
+	return printResult(inv.host.out(), inv.addResult(tx.vcfg, tx.veth, pn), inv.cniVersion())
+}
+
+// addTx is what one ADD has done so far: the undo of each step, and the
+// veth built in the background beside the address allocation.
+type addTx struct {
+	inv  *invocation
+	undo []func(context.Context) // run in reverse by rollback
+
+	vcfg   vethConfig
+	vethCh chan vethResult // the veth being built; nil when none is
+	veth   *pendingVeth    // the veth once awaitVeth has it
+}
+
+// podResult and vethResult carry what ADD starts in the background.
+type podResult struct {
+	info *podInfo
+	err  error
+}
+
+type vethResult struct {
+	v   *pendingVeth
+	err error
+}
+
+// onFailure registers the undo of a step that succeeded.
+func (tx *addTx) onFailure(undo func(context.Context)) { tx.undo = append(tx.undo, undo) }
+
+// rollback undoes every step, latest first, each with its own time limit
+// even when ctx has ended.
+func (tx *addTx) rollback(ctx context.Context) {
+	for i := len(tx.undo) - 1; i >= 0; i-- {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		tx.undo[i](uctx)
+		cancel()
+	}
+}
+
+// startVeth builds the veth of tx.vcfg in the background; awaitVeth
+// delivers it.
+func (tx *addTx) startVeth() {
+	cfg, ch := tx.vcfg, make(chan vethResult, 1)
+	tx.vethCh = ch
+	go func() {
+		v, err := createVeth(cfg)
+		ch <- vethResult{v, err}
+	}()
+}
+
+// awaitVeth waits for the veth being built, if any, and registers its
+// undo.
+func (tx *addTx) awaitVeth() error {
+	if tx.vethCh == nil {
+		return nil
+	}
+	r := <-tx.vethCh
+	tx.vethCh = nil
+	if r.err != nil {
+		return r.err
+	}
+	tx.veth = r.v
+	tx.onFailure(func(context.Context) { tx.veth.remove() })
+	return nil
+}
+
+// collectVeth runs however ADD ends: a veth still being built is
+// collected (on error its undo, registered by awaitVeth, removes it), and
+// the veth's handles are closed.
+func (tx *addTx) collectVeth() {
+	if tx.vethCh != nil {
+		if err := tx.awaitVeth(); err != nil {
+			tx.inv.logger.Debug("background veth failed", "err", err)
+		}
+	}
+	if tx.veth != nil {
+		tx.veth.close()
+	}
+}
+
+// podNetwork is what ADD gives the pod: addresses, the routes its
+// interface gets, and the DNS settings to report.
+type podNetwork struct {
+	addrs  []netip.Prefix
+	routes []netip.Prefix
+	dns    types.DNS
+}
+
+// assignCalico allocates the pod's addresses with Calico IPAM (in this
+// process), starting the veth beside it if it is not already being built.
+func (inv *invocation) assignCalico(ctx context.Context, tx *addTx, pod *podInfo, existing *api.WorkloadEndpoint) (podNetwork, error) {
+	pn := podNetwork{routes: defaultRoutes(), dns: inv.conf.DNS}
+	req := ipamRequestFromConf(inv.conf)
+	var nsLabels map[string]string
+	if pod != nil {
+		if err := req.applyAnnotations(pod); err != nil {
+			return pn, err
+		}
+		nsLabels = pod.NSLabels
+	}
+	if len(req.ips) > 0 && existing != nil && existing.Spec.ContainerID != inv.args.ContainerID {
+		// The pod's previous sandbox still holds the requested
+		// addresses; Calico frees them for the new one.
+		if err := inv.releaseEndpointIPs(ctx, existing); err != nil {
+			return pn, err
+		}
+	}
+	if tx.vethCh == nil {
+		tx.startVeth()
+	}
+	addrs, err := inv.calicoAssign(ctx, req, nsLabels)
+	if err != nil {
+		return pn, err
+	}
+	tx.onFailure(func(ctx context.Context) {
+		if err := inv.calicoRelease(ctx, inv.args.ContainerID); err != nil {
+			inv.logger.Warn("undo: release addresses", "err", err)
+		}
+	})
+	pn.addrs = addrs
+	return pn, nil
+}
+
+// assignDelegated has the configured IPAM plugin allocate the pod's
+// addresses, then starts the veth for the families it gave.
+func (inv *invocation) assignDelegated(ctx context.Context, tx *addTx, pod *podInfo) (podNetwork, error) {
+	pn := podNetwork{dns: inv.conf.DNS}
+	if pod != nil && pod.Annotations[annotationIPAddrs] != "" {
+		return pn, configError("annotation "+annotationIPAddrs, "needs calico-ipam, not %s", inv.conf.IPAMConf.Type)
+	}
+	res, err := inv.delegateAdd(ctx)
+	if err != nil {
+		return pn, err
+	}
+	tx.onFailure(func(ctx context.Context) {
+		if err := inv.delegateDel(ctx); err != nil {
+			inv.logger.Warn("undo: release addresses", "err", err)
+		}
+	})
+	pn.addrs = hostPrefixes(res.IPs)
+	pn.routes = delegatedRoutes(res, inv.conf.IncludeDefaultRoutes)
+	if len(res.DNS.Nameservers) > 0 || res.DNS.Domain != "" || len(res.DNS.Search) > 0 {
+		pn.dns = res.DNS
+	}
+	tx.vcfg.want4, tx.vcfg.want6 = hasFamily(pn.addrs, true), hasFamily(pn.addrs, false)
+	tx.startVeth()
+	return pn, nil
+}
+
+// writeEndpointAndProfile writes the pod's WorkloadEndpoint and, when it
+// names the network's profile, that profile, both at once.
+func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, store datastore.Store, ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix) error {
+	ep, err := inv.newEndpoint(ids, pod, existing, addrs, tx.vcfg.hostName, tx.veth.contMAC.String())
 	if err != nil {
 		return err
 	}
-	// The profile is independent of the endpoint: both writes go out at
-	// once.
 	profileDone := make(chan error, 1)
 	if slices.Contains(ep.Spec.Profiles, profileName(inv.conf.Name)) {
 		go func() { profileDone <- inv.ensureProfile(ctx, store, ids) }()
@@ -247,38 +311,31 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 		return err
 	}
 	if existing == nil {
-		undo = append(undo, func(ctx context.Context) {
+		tx.onFailure(func(ctx context.Context) {
 			if _, err := store.Delete(ctx, "WorkloadEndpoint", created.Namespace, created.Name, created.ResourceVersion); err != nil && !errors.Is(err, datastore.ErrNotFound) {
 				inv.logger.Warn("undo: delete workload endpoint", "name", created.Name, "err", err)
 			}
 		})
 	}
-	if profileErr != nil {
-		return profileErr
-	}
-	inv.phase("write endpoint and profile")
+	return profileErr
+}
 
-	// The runtime may have torn the namespace down while we worked on it
-	// through our descriptor: then nothing we built is reachable.
-	// (The agent, holding the runtime's descriptor, can check only when
-	// it sees the runtime's namespace mounts.)
-	if _, err := os.Stat(inv.sandbox()); (err == nil || inv.host.netnsName == "") && !sameNetNS(netns, inv.sandbox()) {
-		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %s disappeared during ADD", inv.sandbox()), "")
-	}
-
+// addResult is ADD's answer to the runtime: both ends of the veth, the
+// pod's addresses, and its routes of the families it has an address in.
+func (inv *invocation) addResult(vcfg vethConfig, veth *pendingVeth, pn podNetwork) *types100.Result {
 	result := &types100.Result{
 		CNIVersion: types100.ImplementedSpecVersion,
 		Interfaces: []*types100.Interface{
-			{Name: hostName, Mac: HostVethMAC().String()},
-			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: mtu, Sandbox: inv.sandbox()},
+			{Name: vcfg.hostName, Mac: HostVethMAC().String()},
+			{Name: inv.args.IfName, Mac: veth.contMAC.String(), Mtu: vcfg.mtu, Sandbox: inv.sandbox()},
 		},
-		DNS: dns,
+		DNS: pn.dns,
 	}
-	has4, has6 := hasFamily(addrs, true), hasFamily(addrs, false)
-	for _, a := range addrs {
+	has4, has6 := hasFamily(pn.addrs, true), hasFamily(pn.addrs, false)
+	for _, a := range pn.addrs {
 		result.IPs = append(result.IPs, &types100.IPConfig{Interface: types100.Int(1), Address: *ipNet(a)})
 	}
-	for _, r := range routes {
+	for _, r := range pn.routes {
 		switch {
 		case r.Addr().Is4() && has4:
 			result.Routes = append(result.Routes, &types.Route{Dst: *ipNet(r), GW: gatewayV4().AsSlice()})
@@ -286,7 +343,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 			result.Routes = append(result.Routes, &types.Route{Dst: *ipNet(r), GW: gatewayV6().AsSlice()})
 		}
 	}
-	return printResult(inv.host.out(), result, inv.cniVersion())
+	return result
 }
 
 // addToExisting is Calico's answer to a second ADD for a plain-CNI

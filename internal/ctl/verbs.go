@@ -250,18 +250,26 @@ func cmdGet(s *session) error {
 // deleteOne deletes one resource. A Node takes everything of its own with
 // it (endpoints, addresses, block affinities, peers, node config), as
 // calicoctl's node deletion does; the Node goes last, so a failure half way
-// can be retried.
+// can be retried. As in Calico, that cleanup runs even for a Node that is
+// not there (the leftovers of one deleted otherwise), which is then
+// reported as not found; on the Kubernetes datastore, where the Calico Node
+// is the Kubernetes Node, the Node's own deletion is refused after the
+// cleanup (datastore.ErrNotSupported), as Calico's calicoctl refuses it.
 func (s *session) deleteOne(r ref) (api.Object, error) {
 	if r.kind.Kind != "Node" {
 		return s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
 	}
-	node, err := s.store.Get(s.ctx, "Node", "", r.name)
-	if err != nil {
-		return nil, err
+	node, getErr := s.store.Get(s.ctx, "Node", "", r.name)
+	if getErr != nil && !errors.Is(getErr, datastore.ErrNotFound) {
+		return nil, getErr
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.IPAM(), s.store, quiet), r.name, quiet); err != nil {
-		return nil, fmt.Errorf("delete node %s: %w", r.name, err)
+	err := controllers.RemoveNode(s.ctx, s.store, ipam.New(s.store.IPAM(), s.store, quiet), r.name, quiet)
+	if getErr != nil && (err == nil || errors.Is(err, datastore.ErrNotFound) || errors.Is(err, datastore.ErrNotSupported)) {
+		return nil, getErr
+	}
+	if err != nil {
+		return nil, err
 	}
 	return node, nil
 }

@@ -10,7 +10,11 @@ type KV interface {
 	// key has Rev 0 and no Value.
 	Get(ctx context.Context, keys ...string) ([]KeyValue, error)
 	// List returns every key under prefix, sorted, with the revision of
-	// the read; keysOnly leaves the values out.
+	// the read; keysOnly leaves the values out. The KDD backend serves a
+	// list of one node's affinities from the API server's cache, which may
+	// be a few milliseconds behind other clients' writes (never behind what
+	// this Store read or wrote); writes are conditional, so that costs at
+	// most a retry.
 	List(ctx context.Context, prefix string, keysOnly bool) ([]KeyValue, int64, error)
 	// Snapshot lists several prefixes at once. The etcd backend reads them
 	// at one revision; the KDD backend lists them one after the other.
@@ -20,15 +24,26 @@ type KV interface {
 	// key and the contents of t.Refresh.
 	//
 	// The etcd backend commits a Txn atomically. The Kubernetes API has
-	// no multi-object transaction, so the KDD backend writes t.Ops one by
-	// one, in order, each conditional on its Cond; when a later write
-	// fails it undoes the earlier ones (each conditional on what it
-	// wrote). Callers order Ops so that any prefix of them, left behind by
-	// a crash, is a state IPAM understands (see package ipam).
+	// no multi-object transaction, so the KDD backend first reads the
+	// Conds that no Op checks, then writes t.Ops one by one, in order,
+	// each conditional on its Cond (an Op without one is a
+	// read-modify-write); when a write fails it undoes the earlier ones in
+	// reverse, each conditional on what it wrote, so that a writer who
+	// built on one keeps it. A failed condition then gives Succeeded
+	// false with fresh Current and Refreshed; any other failure is the
+	// error. Callers order Ops so that any prefix of them, left behind by
+	// a crash or by an undo that lost to such a writer, is a state IPAM
+	// understands, and put the write that decides (a block) last (see
+	// package ipam). An affinity confirmed by a Txn that also writes a
+	// block is written pending in its place and confirmed after the rest,
+	// as Calico claims blocks on that datastore.
 	Txn(ctx context.Context, t Txn) (TxnResult, error)
 	// Watch streams the keys under prefix: a Reset with everything first,
 	// then every change, and a fresh Reset after any watch failure or
-	// compaction. The channel closes when ctx ends.
+	// compaction. The channel closes when ctx ends. The KDD backend
+	// watches blocks and affinities only (handles and the config change
+	// with every pod and nobody follows them; Calico cannot watch handles
+	// there either).
 	Watch(ctx context.Context, prefix string) <-chan KVEvent
 	// String names the backend for error messages ("etcd at URL").
 	String() string
@@ -43,7 +58,7 @@ type KeyValue struct {
 
 // Cond holds when Key is at Rev (Rev 0: Key does not exist). Value is
 // what the caller read at Rev; the KDD backend restores it to undo a
-// partly applied Txn.
+// partly applied Txn (and reads it first when it is missing).
 type Cond struct {
 	Key   string
 	Rev   int64

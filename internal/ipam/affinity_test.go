@@ -13,7 +13,10 @@ import (
 // ones vanish, ones still holding addresses keep them without affinity,
 // and other nodes' blocks are untouched.
 func TestReleaseHostAffinities(t *testing.T) {
-	f := newFixture(t, backends[1].start)
+	forEachBackend(t, []backend{etcdEmbedded, kubeAPI}, testReleaseHostAffinities)
+}
+
+func testReleaseHostAffinities(t *testing.T, f *fixture) {
 	f.create(t, ippool("p", "10.10.0.0/24", 28), node("gone", nil), node("stays", nil))
 
 	// "gone" gets two blocks: one emptied again, one still used.

@@ -144,6 +144,9 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 			return p.got[4], p.got[6], nil
 		}
 		e.setAffinities(refreshed[0])
+		// Blocks may have been claimed since the listing: list again
+		// if the retry needs a new block.
+		clear(e.blockKeys)
 		if err := retryAfter(ctx, attempt); err != nil {
 			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
@@ -484,10 +487,14 @@ func nodeHash(node string) uint64 {
 }
 
 // txn turns the plan into its transaction: conditional on every key it
-// writes, and reading back the node's affinities if it fails. The order is
-// the safe one for a datastore that applies writes one by one (see txn):
-// the handle's count and the new affinities, then the blocks, then the
-// stale affinities and the config.
+// writes, and reading back the node's affinities if it fails. The order
+// is the safe one for a datastore that applies writes one by one and
+// undoes them when a later one fails (see txn): the handle's count and the
+// new affinities (intents), the stale affinities' removal and the config
+// (cleanups that are right whatever follows), and the blocks last. A
+// block write decides the allocation, and once it is in, another
+// allocator may build on it, so that it could no longer be undone: nothing
+// that can lose a race comes after it.
 func (p *plan) txn() (*txn, error) {
 	e := p.env
 	t := &txn{refresh: []string{nodeAffinityPrefix(e.node)}}
@@ -497,20 +504,20 @@ func (p *plan) txn() (*txn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("handle %s: %w", p.handleID, err)
 		}
-		for cidr, n := range p.handleN {
-			h.Block[cidr] += n
+		// The count of each block written is what the block will hold for
+		// the handle: normally the old count plus this allocation, and
+		// also right after an earlier attempt's allocation stayed behind
+		// in the block (on the Kubernetes datastore, when another
+		// allocator built on the block before the failed attempt's undo).
+		for _, b := range p.blocks {
+			if n := len(b.ordinalsOf(p.handleID)); n > 0 {
+				h.Block[b.cidr.String()] = n
+			}
 		}
 		t.put(hkey, mustJSON(h))
 	}
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affPut))) {
 		t.put(key, confirmedAffinity)
-	}
-	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
-		data, err := p.blocks[key].encode()
-		if err != nil {
-			return nil, err
-		}
-		t.put(key, data)
 	}
 	for _, key := range slices.Compact(slices.Sorted(slices.Values(p.affDel))) {
 		if !slices.Contains(p.affPut, key) {
@@ -521,6 +528,13 @@ func (p *plan) txn() (*txn, error) {
 		// Calico writes its defaults on first use; do the same, without
 		// making the allocation depend on it.
 		t.createIfAbsent(configKey, mustJSON(defaultConfigValue))
+	}
+	for _, key := range slices.Sorted(maps.Keys(p.blocks)) {
+		data, err := p.blocks[key].encode()
+		if err != nil {
+			return nil, err
+		}
+		t.put(key, data)
 	}
 	return t, nil
 }

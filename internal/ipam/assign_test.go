@@ -13,8 +13,8 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-// The allocation scenarios run against both etcd servers; each starts from
-// an empty datastore.
+// The allocation scenarios run against both etcd servers and the Kubernetes
+// API; each starts from an empty datastore.
 func TestAllocation(t *testing.T) {
 	scenarios := []struct {
 		name string
@@ -35,17 +35,14 @@ func TestAllocation(t *testing.T) {
 		{"namespace selector", testNamespaceSelector},
 		{"pools written behind validation are skipped", testUnusablePools},
 	}
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			f := newFixture(t, b.start)
-			for _, s := range scenarios {
-				t.Run(s.name, func(t *testing.T) {
-					f.reset(t)
-					s.run(t, f)
-				})
-			}
-		})
-	}
+	forEachBackend(t, allBackends, func(t *testing.T, f *fixture) {
+		for _, s := range scenarios {
+			t.Run(s.name, func(t *testing.T) {
+				f.reset(t)
+				s.run(t, f)
+			})
+		}
+	})
 }
 
 func testLowestFreeAndClaim(t *testing.T, f *fixture) {
@@ -541,9 +538,7 @@ func testUnusablePools(t *testing.T, f *fixture) {
 		"a-bad-cidr":     `{"cidr":"10.11.0.0/99"}`,
 	} {
 		doc := `{"kind":"IPPool","apiVersion":"projectcalico.org/v3","metadata":{"name":"` + name + `"},"spec":` + spec + `}`
-		if _, err := f.kv.Put(f.ctx, etcd.Prefix+"ippools/"+name, doc); err != nil {
-			t.Fatal(err)
-		}
+		f.putResource(t, etcd.Prefix+"ippools/"+name, doc)
 	}
 	if objs, _, err := f.store.List(f.ctx, "IPPool", ""); err != nil || len(objs) != 3 {
 		t.Fatalf("the store lists %d pools (%v), want all 3", len(objs), err)

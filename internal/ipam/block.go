@@ -276,8 +276,22 @@ func (b *block) ordinalsOf(handle string) []int {
 // Unallocated (so it is handed out again only after every other free
 // address), its sequence number is forgotten, and attributes nobody
 // references any more are dropped with the remaining indexes renumbered.
-// It returns how many addresses each handle lost.
+// It returns how many addresses each handle lost. This is Calico's release
+// by address; see releaseByHandle.
 func (b *block) release(ords []int) map[string]int {
+	return b.unallocate(ords, true)
+}
+
+// releaseByHandle is release as Calico's release by handle (a CNI DEL)
+// does it: the ordinals' sequence numbers stay in
+// sequenceNumberForAllocation, as real Calico leaves them
+// (libcalico-go allocationBlock.releaseByHandle), until the ordinals are
+// allocated again.
+func (b *block) releaseByHandle(ords []int) map[string]int {
+	return b.unallocate(ords, false)
+}
+
+func (b *block) unallocate(ords []int, forgetSeq bool) map[string]int {
 	byHandle := map[string]int{}
 	seen := map[int]bool{}
 	var freed []int
@@ -297,7 +311,9 @@ func (b *block) release(ords []int) map[string]int {
 	for _, ord := range freed {
 		b.v.Allocations[ord] = nil
 		b.v.Unallocated = append(b.v.Unallocated, ord)
-		delete(b.v.SequenceNumberForAllocation, strconv.Itoa(ord))
+		if forgetSeq {
+			delete(b.v.SequenceNumberForAllocation, strconv.Itoa(ord))
+		}
 	}
 	b.compactAttributes()
 	return byHandle

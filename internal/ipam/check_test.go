@@ -10,11 +10,13 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
-	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
 
 func TestCheckAndReleaseLeaked(t *testing.T) {
-	f := newFixture(t, etcdtest.Start)
+	forEachBackend(t, []backend{etcdBinary, kubeAPI}, testCheckAndReleaseLeaked)
+}
+
+func testCheckAndReleaseLeaked(t *testing.T, f *fixture) {
 	f.create(t, ippool("pool1", "10.40.0.0/24", 26), node("node1", nil),
 		&api.ClusterInformation{TypeMeta: api.TypeMeta{Kind: "ClusterInformation", APIVersion: api.GroupVersion},
 			ObjectMeta: api.ObjectMeta{Name: "default"}, Spec: api.ClusterInformationSpec{ClusterGUID: "guid-1"}})
@@ -29,9 +31,7 @@ func TestCheckAndReleaseLeaked(t *testing.T) {
 	leak2 := f.assign4(t, "node1", "k8s-pod-network.leak2")
 	// An allocation whose handle was lost.
 	ghost := f.assign4(t, "node1", "k8s-pod-network.ghost")
-	if _, err := f.kv.Delete(f.ctx, ipam.HandleKey("k8s-pod-network.ghost")); err != nil {
-		t.Fatal(err)
-	}
+	f.del(t, ipam.HandleKey("k8s-pod-network.ghost"))
 	// A handle with no addresses.
 	f.put(t, ipam.HandleKey("k8s-pod-network.orphan"), `{"block":{"10.40.0.0/26":1},"deleted":false}`)
 	// A block of a node that is gone; its one address is used by a workload.

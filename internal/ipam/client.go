@@ -98,11 +98,21 @@ func (snap snapshot) setKV(kv datastore.KeyValue) {
 // it relies on), and the writes.
 //
 // The order of ops matters on the Kubernetes datastore, which applies them
-// one by one (see datastore.KV.Txn): every builder adds the writes that
-// record an intent (a handle's count, a new affinity) before the block
-// write that decides, and the writes that clean up (a stale affinity, an
-// emptied handle) after it, so that a crash between two of them leaves a
-// state the next operation repairs or ipam check reports.
+// one by one and undoes the applied ones when a later one loses (see
+// datastore.KV.Txn), so that a crash between two of them, or an undo that
+// lost to a writer who built on a write, leaves a state the next
+// operation repairs or ipam check reports:
+//   - an allocation (plan.txn) writes what records an intent (the
+//     handle's count, new affinities) and what is right whatever follows
+//     (removing stale affinities, the config) before the blocks, which
+//     decide and come last: once a block is written another allocator may
+//     build on it, so nothing that can lose a race may follow it;
+//   - a release (ReleaseByHandle, Release) writes the blocks, then
+//     decrements or deletes the handles: a handle left counting addresses
+//     its blocks no longer hold is released again or reported;
+//   - a released affinity (releaseAffinity) goes after its block, as in
+//     Calico: an affinity whose block is gone or belongs to another node is
+//     completed or dropped by the node's next allocation.
 type txn struct {
 	keys []string // compared keys
 	ops  []datastore.Op

@@ -1,6 +1,8 @@
-// Package ipam is Calico's block IP address management on etcd: the data
-// model, keys and JSON of Calico v3.31 (libcalico-go), so that a datastore
-// real Calico wrote works here and the other way round.
+// Package ipam is Calico's block IP address management: the data model,
+// keys and JSON of Calico v3.31 (libcalico-go), over a datastore.KV, so
+// that a datastore real Calico wrote (etcd, or the Kubernetes API, whose
+// KV maps the same keys onto Calico's IPAM custom resources) works here
+// and the other way round.
 //
 // # Data model
 //
@@ -25,7 +27,7 @@
 //
 // # API
 //
-//	func New(kv *clientv3.Client, store PoolSource, logger *slog.Logger) *Client
+//	func New(kv datastore.KV, store PoolSource, logger *slog.Logger) *Client
 //	func (c *Client) AutoAssign(ctx, AutoAssignArgs) (v4, v6 []netip.Prefix, err error) // /32 and /128
 //	func (c *Client) AssignIP(ctx, AssignIPArgs) error           // ErrAddressInUse, ErrNotInPool, ErrPoolDisabled
 //	func (c *Client) ReleaseByHandle(ctx, handleID string) error  // missing handle: nil
@@ -66,7 +68,9 @@
 //     as in Calico, no borrowing. IPReservations are skipped by automatic
 //     assignment only.
 //   - A block emptied by a release stays claimed; a block that is empty and
-//     affine to no node is deleted.
+//     affine to no node is deleted. A release by handle leaves the freed
+//     ordinals' sequenceNumberForAllocation entries, a release by address
+//     removes them (both as Calico).
 //   - The IPAM config key is written with Calico's defaults on first use.
 //   - A request with Replace first releases what its handle already holds
 //     (a CNI ADD retried after one that failed while etcd was away);
@@ -75,32 +79,46 @@
 // # Design
 //
 // Every operation reads what it needs, computes the new values in memory
-// (pure block code in block.go) and writes everything in ONE etcd
-// transaction conditional on the mod revision of each key it writes (or on
-// its absence): blocks, affinities and the handle change together or not
-// at all, so concurrent allocators on any number of nodes never hand out
-// one address twice, and a handle always matches its blocks. When the
-// condition fails, the transaction's else branch returns the current
-// values of those keys (and the node's affinities), and the operation
-// recomputes from them after a short jittered backoff; it gives up with
-// ErrConflict after maxAttempts.
+// (pure block code in block.go) and writes everything in ONE transaction
+// (datastore.KV.Txn) conditional on the revision of each key it writes (or
+// on its absence): on etcd, blocks, affinities and the handle change
+// together or not at all, so concurrent allocators on any number of nodes
+// never hand out one address twice, and a handle always matches its
+// blocks. When the condition fails, the transaction returns the current
+// values of those keys (and the node's affinities; in etcd's else branch,
+// in the same round trip), and the operation recomputes from them after a
+// short jittered backoff; it gives up with ErrConflict after maxAttempts.
+// A retry that needs a new block lists the blocks again.
 //
 // Cost of AutoAssign in the common case (the node's block has room): one
 // round of concurrent reads (pools, reservations, node, and one etcd
 // transaction reading config, the node's affinity prefix and the handle),
-// one read of the affine blocks, one write transaction.
+// one read of the affine blocks, one write transaction (on the Kubernetes
+// API: three GETs and a LIST, one GET, a POST of the handle and a PUT of
+// the block, about 6 ms against a local API server).
 //
-// Claiming a block writes the block with its affinity and a confirmed
-// affinity key atomically, where Calico, whose Kubernetes backend has no
-// multi-key transactions, writes a pending affinity, then the block, then
-// confirms. Both leave the same data; Calico's intermediate states are
-// understood: an affinity whose block is missing is completed, one whose
-// block belongs to another node is stale and deleted, a pending one is
-// confirmed when its block is used.
+// The Kubernetes API has no multi-key transaction: its KV applies the
+// writes one by one, each conditional, and undoes the earlier ones when a
+// later one loses. The transactions are therefore ordered so that every
+// prefix of them is a state this package understands and the write that
+// decides comes last (see txn in client.go): an allocation writes the
+// handle's count, the affinities, the removal of stale affinities and
+// the config, and the blocks last; a release writes the blocks, then the
+// handle. A handle's count for a block written is what the block holds
+// for it, so an allocation whose undo lost to another writer (who built
+// on the block) is counted again by the retry that writes that block.
+//
+// Claiming a block on etcd writes the block with its affinity and a
+// confirmed affinity key atomically. On the Kubernetes API the KV writes a
+// pending affinity, then the block, then confirms, as Calico's Kubernetes
+// backend does. Both leave the same data; the intermediate states (also
+// Calico's) are understood: an affinity whose block is missing is
+// completed, one whose block belongs to another node is stale and
+// deleted, a pending one is confirmed when its block is used.
 //
 // # Thread safety
 //
 // A Client is safe for concurrent use; it holds no mutable state beyond
-// its configuration. Concurrent operations on one Client race through etcd
-// exactly as separate processes do.
+// its configuration. Concurrent operations on one Client race through the
+// datastore exactly as separate processes do.
 package ipam

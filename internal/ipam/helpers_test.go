@@ -11,30 +11,66 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
-// backends are the etcd servers the scenario tests run against: Debian's
-// etcd binary and the embedded server the product ships.
-var backends = []struct {
-	name  string
-	start func(testing.TB, ...etcdtest.Option) *etcdtest.Server
-}{
-	{"etcd-binary", etcdtest.Start},
-	{"etcd-embedded", etcdtest.StartEmbedded},
+// backend is a datastore the scenarios run against.
+type backend struct {
+	name string
+	open func(testing.TB) *fixture
 }
 
-// fixture is one etcd with a store and an IPAM client on it.
+// The backends: Debian's etcd binary, the embedded etcd server the
+// product ships, and the Kubernetes API (one kube-apiserver shared by the
+// package's tests, see kube_test.go).
+var (
+	etcdBinary   = backend{"etcd-binary", func(t testing.TB) *fixture { return openEtcd(t, etcdtest.Start) }}
+	etcdEmbedded = backend{"etcd-embedded", func(t testing.TB) *fixture { return openEtcd(t, etcdtest.StartEmbedded) }}
+	kubeAPI      = backend{"kdd", openKDD}
+	// allBackends is for the scenarios worth running on both etcd servers.
+	allBackends = []backend{etcdBinary, etcdEmbedded, kubeAPI}
+)
+
+// forEachBackend runs fn as a subtest per backend, each with a fresh
+// fixture.
+func forEachBackend(t *testing.T, bs []backend, fn func(t *testing.T, f *fixture)) {
+	t.Helper()
+	for _, b := range bs {
+		t.Run(b.name, func(t *testing.T) { fn(t, b.open(t)) })
+	}
+}
+
+// resources is where IPAM reads pools, nodes, reservations, endpoints and
+// the cluster information, and where the scenarios write them.
+type resources interface {
+	ipam.PoolSource
+	Create(ctx context.Context, obj api.Object) (api.Object, error)
+	Update(ctx context.Context, obj api.Object) (api.Object, error)
+}
+
+// fixture is one datastore with an IPAM client on it. Every IPAM key the
+// scenarios read or poke goes through kv, the datastore's own datastore.KV,
+// so that one scenario checks both backends.
 type fixture struct {
-	ctx   context.Context
-	store datastore.Store
-	kv    *clientv3.Client
-	c     *ipam.Client
+	ctx     context.Context
+	backend string
+	store   resources
+	kv      datastore.KV
+	c       *ipam.Client
+	// kube is the shared cluster of the kdd backend (nil on etcd).
+	kube *kubetest.Cluster
+	// wipe removes everything the backend stores.
+	wipe func(t testing.TB)
+	// putResource stores a v3 resource as given, behind validation, at its
+	// etcd key (/calico/resources/v3/projectcalico.org/...).
+	putResource func(t testing.TB, key, value string)
 }
 
-func newFixture(t testing.TB, start func(testing.TB, ...etcdtest.Option) *etcdtest.Server) *fixture {
+func openEtcd(t testing.TB, start func(testing.TB, ...etcdtest.Option) *etcdtest.Server) *fixture {
 	t.Helper()
 	srv := start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -44,15 +80,58 @@ func newFixture(t testing.TB, start func(testing.TB, ...etcdtest.Option) *etcdte
 		t.Fatalf("open datastore: %v", err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &fixture{ctx: ctx, store: store, kv: store.Etcd(), c: ipam.New(store.IPAM(), store, nil)}
+	cli := store.Etcd()
+	return &fixture{
+		ctx: ctx, backend: "etcd", store: store, kv: store.IPAM(), c: ipam.New(store.IPAM(), store, nil),
+		wipe: func(t testing.TB) {
+			t.Helper()
+			if _, err := cli.Delete(ctx, "/calico/", clientv3.WithPrefix()); err != nil {
+				t.Fatalf("wipe datastore: %v", err)
+			}
+		},
+		putResource: func(t testing.TB, key, value string) {
+			t.Helper()
+			if _, err := cli.Put(ctx, key, value); err != nil {
+				t.Fatalf("put %s: %v", key, err)
+			}
+		},
+	}
+}
+
+func openKDD(t testing.TB) *fixture {
+	t.Helper()
+	c := kube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
+	if err != nil {
+		t.Fatalf("open datastore: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	// The other kinds are other mappers' business on this datastore (a
+	// WorkloadEndpoint is a Pod there); the scenarios are about IPAM's
+	// storage, so the resources IPAM reads are kept in memory.
+	res := newMemStore()
+	f := &fixture{
+		ctx: ctx, backend: "kdd", store: res, kv: store.IPAM(), c: ipam.New(store.IPAM(), res, nil), kube: c,
+		wipe: func(t testing.TB) {
+			t.Helper()
+			res.reset()
+			wipeIPAMObjects(t, ctx, c)
+		},
+		putResource: func(t testing.TB, key, value string) {
+			t.Helper()
+			res.putRaw(t, value)
+		},
+	}
+	f.reset(t) // the cluster is shared: start from nothing
+	return f
 }
 
 // reset wipes everything Calico stores, so scenarios can share a server.
 func (f *fixture) reset(t testing.TB) {
 	t.Helper()
-	if _, err := f.kv.Delete(f.ctx, "/calico/", clientv3.WithPrefix()); err != nil {
-		t.Fatalf("wipe datastore: %v", err)
-	}
+	f.wipe(t)
 }
 
 func (f *fixture) create(t testing.TB, objs ...api.Object) {
@@ -71,36 +150,50 @@ func (f *fixture) update(t testing.TB, o api.Object) {
 	}
 }
 
-// raw returns a key's value, "" if absent.
+// raw returns an IPAM key's value as the datastore's KV reads it, "" if
+// absent.
 func (f *fixture) raw(t testing.TB, key string) string {
 	t.Helper()
-	resp, err := f.kv.Get(f.ctx, key)
+	kvs, err := f.kv.Get(f.ctx, key)
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if kvs[0].Rev == 0 {
 		return ""
 	}
-	return string(resp.Kvs[0].Value)
+	return string(kvs[0].Value)
 }
 
+// put writes an IPAM key unconditionally.
 func (f *fixture) put(t testing.TB, key, value string) {
 	t.Helper()
-	if _, err := f.kv.Put(f.ctx, key, value); err != nil {
-		t.Fatalf("put %s: %v", key, err)
+	f.write(t, datastore.Op{Type: datastore.OpPut, Key: key, Value: []byte(value)})
+}
+
+// del deletes an IPAM key unconditionally.
+func (f *fixture) del(t testing.TB, key string) {
+	t.Helper()
+	f.write(t, datastore.Op{Type: datastore.OpDelete, Key: key})
+}
+
+func (f *fixture) write(t testing.TB, op datastore.Op) {
+	t.Helper()
+	res, err := f.kv.Txn(f.ctx, datastore.Txn{Ops: []datastore.Op{op}})
+	if err != nil || !res.Succeeded {
+		t.Fatalf("write %s: %+v, %v", op.Key, res, err)
 	}
 }
 
-// keys lists the keys under prefix.
+// keys lists the IPAM keys under prefix.
 func (f *fixture) keys(t testing.TB, prefix string) []string {
 	t.Helper()
-	resp, err := f.kv.Get(f.ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	kvs, _, err := f.kv.List(f.ctx, prefix, true)
 	if err != nil {
 		t.Fatalf("list %s: %v", prefix, err)
 	}
 	var out []string
-	for _, kv := range resp.Kvs {
-		out = append(out, string(kv.Key))
+	for _, kv := range kvs {
+		out = append(out, kv.Key)
 	}
 	return out
 }

@@ -54,7 +54,7 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handleID string) error {
 			if len(ords) == 0 {
 				continue
 			}
-			b.release(ords)
+			b.releaseByHandle(ords)
 			if err := writeReleased(t, key, b); err != nil {
 				return err
 			}

@@ -2,11 +2,13 @@ package ipam_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 )
@@ -48,11 +50,14 @@ func wantAffinity(t *testing.T, s ipam.BlockSnapshot, want map[string]string) {
 }
 
 func TestWatchBlocks(t *testing.T) {
-	f := newFixture(t, etcdtest.Start)
+	forEachBackend(t, []backend{etcdBinary, kubeAPI}, testWatchBlocks)
+}
+
+func testWatchBlocks(t *testing.T, f *fixture) {
 	f.create(t, ippool("pool1", "10.65.0.0/16", 26), node("node1", nil), node("node2", nil))
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	ch := ipam.WatchBlocks(ctx, f.store.IPAM(), nil)
+	ch := ipam.WatchBlocks(ctx, f.kv, nil)
 
 	// The first snapshot is the (empty) listing.
 	s := nextSnapshot(t, ch)
@@ -100,13 +105,23 @@ func TestWatchBlocks(t *testing.T) {
 	noSnapshot(t, ch)
 
 	// A deleted block disappears.
-	if _, err := f.kv.Delete(f.ctx, ipam.BlockKey(blk2)); err != nil {
-		t.Fatal(err)
-	}
+	f.del(t, ipam.BlockKey(blk2))
 	wantAffinity(t, nextSnapshot(t, ch), map[string]string{blk.String(): "node1"})
 
-	// An undecodable write keeps what was known.
-	f.put(t, ipam.BlockKey(blk), "{not json")
+	// A write IPAM cannot use keeps what was known: a block whose
+	// allocations do not fit its CIDR, and, on etcd, a value that is not
+	// JSON at all (the Kubernetes API stores only what its KV can convert,
+	// and refuses it).
+	f.put(t, ipam.BlockKey(blk), fmt.Sprintf(`{"cidr":%q,"affinity":"host:node2","allocations":[],"unallocated":[],"attributes":[],"sequenceNumber":1,"sequenceNumberForAllocation":{},"deleted":false}`, blk))
+	noSnapshot(t, ch)
+	notJSON := datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpPut, Key: ipam.BlockKey(blk), Value: []byte("{not json")}}}
+	res, err := f.kv.Txn(f.ctx, notJSON)
+	switch {
+	case f.backend == "kdd" && err == nil:
+		t.Errorf("the Kubernetes datastore stored a block that is not JSON: %+v", res)
+	case f.backend != "kdd" && (err != nil || !res.Succeeded):
+		t.Fatalf("put a value that is not JSON: %+v %v", res, err)
+	}
 	noSnapshot(t, ch)
 
 	// The channel closes with the context.
@@ -126,12 +141,13 @@ func TestWatchBlocks(t *testing.T) {
 }
 
 // TestWatchBlocksSurvivesRestart: a change made after etcd restarts is
-// still delivered.
+// still delivered. (The Kubernetes datastore's watch restarts are tested
+// in package kdd, against an API server that fails on purpose.)
 func TestWatchBlocksSurvivesRestart(t *testing.T) {
 	srv := etcdtest.Start(t)
-	f := newFixture(t, func(testing.TB, ...etcdtest.Option) *etcdtest.Server { return srv })
+	f := openEtcd(t, func(testing.TB, ...etcdtest.Option) *etcdtest.Server { return srv })
 	f.create(t, ippool("pool1", "10.66.0.0/16", 26), node("node1", nil))
-	ch := ipam.WatchBlocks(f.ctx, f.store.IPAM(), nil)
+	ch := ipam.WatchBlocks(f.ctx, f.kv, nil)
 	wantAffinity(t, nextSnapshot(t, ch), map[string]string{})
 	srv.Restart(t)
 	a := f.assign4(t, "node1", "h1")

@@ -3,86 +3,83 @@ package node
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/netip"
 
-	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
-	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/agent/overlay"
 	"github.com/projectcalico/calico-node/agent/xtables"
-	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/ipam"
-	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/policy"
 )
 
 // dataplaneResync is how often the overlay re-reads the kernel and repairs
 // drift even when nothing changed (Felix's default refresh interval).
 const dataplaneResync = agent.DefaultRefreshInterval
 
-// addDataplane adds the felix-replacement actors to g: the workload
-// endpoints (host routes, veth sysctls) and policy (iptables, ipsets).
-// They program the network namespace the process runs in. felixEnv are
-// the FELIX_* settings (may be nil); fc applies routeRefreshInterval to
-// the endpoints actor.
-func addDataplane(g *run.Group, parent context.Context, node string, w *confwatch.Watcher, rt *routes.Table, fc *agent.FelixConfig, felixEnv *api.FelixConfigurationSpec, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
-	// Workload endpoints.
-	{
-		ep := agent.NewEndpoints(node, w, rt, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), logger)
-		fc.AddRouteRefresher(ep)
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := ep.Run(ctx)
-			logger.Info("endpoints stopped")
-			return err
-		}, func(error) { cancel() })
+// dataplane are the felix-replacement actors. They program the network
+// namespace the process runs in.
+type dataplane struct {
+	endpoints  *agent.Endpoints  // workload host routes, veth sysctls
+	blackholes *agent.Blackholes // blackhole routes for this node's blocks
+	policy     *agent.Policy     // iptables and ipsets
+	overlay    *overlay.Overlay  // VXLAN and IP-in-IP devices and routes
+}
+
+// dataplane builds the dataplane actors on a's confwatch, route table and
+// FelixConfiguration actor, which applies routeRefreshInterval to the
+// endpoints. iptables missing is an error: without it no policy can be
+// enforced, and running anyway would fail open.
+func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) {
+	node, felixEnv := b.cfg.node.NodeName, b.cfg.kube.felix.Spec // felixEnv: FELIX_*, may be nil
+	dp := &dataplane{}
+	dp.endpoints = agent.NewEndpoints(node, a.confwatch, a.routes, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), b.log)
+	a.felixConfig.AddRouteRefresher(dp.endpoints)
+	blocks := func(ctx context.Context) <-chan ipam.BlockSnapshot {
+		return ipam.WatchBlocks(ctx, a.store.ipam(), b.log)
 	}
-	// Blackhole routes for this node's blocks.
-	{
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			err = agent.NewBlackholes(node, ipam.WatchBlocks(ctx, store.IPAM(), logger), rt, logger).Run(ctx)
-			logger.Info("blackholes stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// Policy: iptables and ipsets. iptables missing is fatal: without it
-	// no policy can be enforced, and running anyway would fail open.
+	dp.blackholes = agent.NewBlackholes(node, blocks, a.routes, b.log)
+
 	runner := xtables.ExecRunner{}
-	b4, err := xtables.Detect(parent, runner, 4)
+	b4, err := xtables.Detect(ctx, runner, 4)
 	if err != nil {
-		return fmt.Errorf("dataplane: %w", err)
+		return nil, fmt.Errorf("dataplane: %w", err)
 	}
-	metrics := xtables.NewMetrics(reg)
-	v4 := xtables.New(b4, runner, metrics, logger)
+	metrics := xtables.NewMetrics(b.reg)
 	var v6 agent.Applier
-	if b6, err := xtables.Detect(parent, runner, 6); err == nil {
-		v6 = xtables.New(b6, runner, metrics, logger)
+	if b6, err := xtables.Detect(ctx, runner, 6); err == nil {
+		v6 = xtablesApplier{xtables.New(b6, runner, metrics, b.log)}
 	} else {
-		logger.Warn("no ip6tables: IPv6 policy is not programmed", "err", err)
+		b.log.Warn("no ip6tables: IPv6 policy is not programmed", "err", err)
 	}
-	logger.Info("iptables backend", "mode", b4.Mode)
-	{
-		// iptablesRefreshInterval (how soon a rule deleted by hand is
-		// restored) is read by the actor from the merged configuration:
-		// the default applies when neither FELIX_* nor the datastore
-		// sets it.
-		pol := agent.NewPolicy(node, w, v4, v6, hostInterfaces, agent.DefaultRefreshInterval, reg, logger)
-		pol.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := pol.Run(ctx)
-			logger.Info("policy stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	return nil
+	b.log.Info("iptables backend", "mode", b4.Mode)
+	// iptablesRefreshInterval (how soon a rule deleted by hand is
+	// restored) is read by the actor from the merged configuration: the
+	// default applies when neither FELIX_* nor the datastore sets it.
+	dp.policy = agent.NewPolicy(agent.PolicyConfig{
+		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: hostInterfaces,
+		Registerer: b.reg, Logger: b.log,
+	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
+	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
+
+	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log, FelixEnv: felixEnv}, overlay.Deps{
+		Updates: a.confwatch.Subscribe(overlay.Kinds()...),
+		Blocks:  blocks,
+		Store:   a.store, IPAM: ipam.New(a.store.ipam(), a.store, b.log),
+		Kernel: a.nl, Routes: a.routes,
+		Health: b.agg.Register("overlay", true, true, 0),
+	})
+	return dp, nil
+}
+
+// xtablesApplier is the iptables-restore programmer as the policy actor
+// uses it: what one Apply changed is for the programmer's own tests.
+type xtablesApplier struct{ *xtables.Programmer }
+
+func (x xtablesApplier) Apply(ctx context.Context, f *policy.Family) error {
+	_, err := x.Programmer.Apply(ctx, f)
+	return err
 }
 
 // hostInterfaces lists the addresses of this namespace's interfaces.

@@ -2,9 +2,16 @@
 // status, version) and `calico-node run`, the one oklog/run group that
 // replaces felix, BIRD + confd, install-cni and kube-controllers.
 //
-// Design: run builds every actor first, so that a configuration error stops
-// the process before anything has started, then adds each to the group
-// under its name. The first actor to return stops the others.
+// Design: run reads its flags and environment (run.go, run_k8s.go), builds
+// every actor (build.go, dataplane.go), so that a configuration error
+// stops the process before anything has started, installs the CNI plugin
+// once, then adds each actor to the group under its name (group.go). The
+// first actor to return stops the others. Order between actors is written
+// where they are added: an actor that must wait for another is added
+// behind the channel that says it is done (the embedded etcd's Ready,
+// confwatch's Synced, the datastore future's Ready). The datastore
+// connection does not exist while the actors are built: they get a future
+// (future.go) that the startup actor resolves once the node is registered.
 //
 // Beside it: startup (node registration, default pools), autodetect (the
 // node's IP), health (/liveness, /readiness, /metrics) and embedetcd (the

@@ -6,40 +6,26 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
-	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
-	"github.com/projectcalico/calico-node/agent/overlay"
-	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/bgp"
-	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/buildinfo"
-	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/connect"
-	"github.com/projectcalico/calico-node/internal/ipam"
-	"github.com/projectcalico/calico-node/internal/model/api"
-	"github.com/projectcalico/calico-node/internal/node/autodetect"
-	"github.com/projectcalico/calico-node/internal/node/embedetcd"
-	"github.com/projectcalico/calico-node/internal/node/health"
 	"github.com/projectcalico/calico-node/internal/node/startup"
 )
 
 // runConfig is everything `calico-node run` is told by flags and env.
 type runConfig struct {
-	etcd        datastore.Config
+	// datastore is where Calico data lives: etcd (embedded when no
+	// endpoints are given) or the Kubernetes API.
+	datastore   datastore.Config
 	dataDir     string
 	embedClient string
 	embedPeer   string
@@ -71,6 +57,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
 		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
 			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
 			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
 			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
@@ -133,15 +120,34 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	if eps := c.String("etcd-endpoints"); eps != "" {
 		for _, e := range strings.Split(eps, ",") {
 			if e = strings.TrimSpace(e); e != "" {
-				cfg.etcd.Endpoints = append(cfg.etcd.Endpoints, e)
+				cfg.datastore.Endpoints = append(cfg.datastore.Endpoints, e)
 			}
 		}
 	}
-	cfg.etcd.CACertFile = c.String("etcd-ca-cert-file")
-	cfg.etcd.CertFile = c.String("etcd-cert-file")
-	cfg.etcd.KeyFile = c.String("etcd-key-file")
-	cfg.etcd.Username = c.String("etcd-username")
-	cfg.etcd.Password = c.String("etcd-password")
+	cfg.datastore.CACertFile = c.String("etcd-ca-cert-file")
+	cfg.datastore.CertFile = c.String("etcd-cert-file")
+	cfg.datastore.KeyFile = c.String("etcd-key-file")
+	cfg.datastore.Username = c.String("etcd-username")
+	cfg.datastore.Password = c.String("etcd-password")
+	switch t := strings.ToLower(c.String("datastore-type")); t {
+	case datastore.TypeEtcd, "":
+		cfg.datastore.Type = datastore.TypeEtcd
+	case datastore.TypeKubernetes:
+		cfg.datastore.Type = datastore.TypeKubernetes
+		cfg.datastore.Kube = datastore.KubeConfig{
+			Kubeconfig:  c.String("kubeconfig"),
+			APIEndpoint: getenv("K8S_API_ENDPOINT"),
+			CAFile:      getenv("K8S_CA_FILE"),
+			CertFile:    getenv("K8S_CERT_FILE"),
+			KeyFile:     getenv("K8S_KEY_FILE"),
+			Token:       getenv("K8S_API_TOKEN"),
+		}
+		if len(cfg.datastore.Endpoints) > 0 {
+			return cfg, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
+		}
+	default:
+		return cfg, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+	}
 	cfg.dataDir = c.String("data-dir")
 	cfg.embedClient = c.String("embedded-etcd-client-url")
 	cfg.embedPeer = c.String("embedded-etcd-peer-url")
@@ -236,302 +242,98 @@ func parseBool(name, v string) (bool, error) {
 	return b, nil
 }
 
-// datastoreFuture hands the connected store from the startup actor to the
-// actors that need it, once node registration is done.
-type datastoreFuture struct {
-	ready chan struct{}
-	store datastore.Store
-}
-
-func (f *datastoreFuture) wait(ctx context.Context) (datastore.Store, error) {
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-f.ready:
-		return f.store, nil
-	}
-}
-
-// runNode is the one run.Group of `calico-node run`. The first actor to
-// return stops all the others. level is logger's level, which
-// FelixConfiguration's logSeverityScreen steers unless cfg.logLevelSet.
-func runNode(parent context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) error {
+// runNode is `calico-node run`: it builds every actor, so that a
+// configuration error stops the process before anything has started;
+// installs the CNI plugin once; then runs the actors in one group until
+// the first returns. level is logger's level, which FelixConfiguration's
+// logSeverityScreen steers unless cfg.logLevelSet.
+func runNode(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) error {
 	logger.Info("starting", "version", buildinfo.String(), "node", cfg.node.NodeName)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	agg := health.NewAggregator()
-
-	var g run.Group
-	// Signal handler: SIGINT/SIGTERM stop the group.
-	{
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sig)
-			select {
-			case s := <-sig:
-				logger.Info("received signal, stopping", "signal", s.String())
-				return nil
-			case <-ctx.Done():
-				return nil
-			}
-		}, func(error) { cancel() })
-	}
-	// Health and metrics server.
-	{
-		srv := health.NewServer(cfg.healthAddr, agg, reg, logger)
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := srv.Run(ctx)
-			logger.Info("health server stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// Embedded etcd, only when no external endpoints are configured.
-	var etcdReady <-chan struct{}
-	if len(cfg.etcd.Endpoints) == 0 {
-		srv := embedetcd.New(embedetcd.Config{
-			DataDir:   filepath.Join(cfg.dataDir, "etcd"),
-			ClientURL: cfg.embedClient,
-			PeerURL:   cfg.embedPeer,
-			Name:      cfg.node.NodeName,
-			Logger:    logger,
-		})
-		cfg.etcd.Endpoints = srv.Endpoints()
-		etcdReady = srv.Ready()
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := srv.Run(ctx)
-			logger.Info("embedded etcd stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// Startup: connect to the datastore, register the node, then hold the
-	// connection for the other actors until the group stops.
-	future := &datastoreFuture{ready: make(chan struct{})}
-	{
-		rep := agg.Register("startup", false, true, 0)
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			if etcdReady != nil {
-				select {
-				case <-etcdReady:
-				case <-ctx.Done():
-					return nil
-				}
-			}
-			store, err := connectRetrying(ctx, cfg.etcd, logger)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			rep.Report(true, false, "registering node")
-			node, err := startup.Run(ctx, store, autodetect.NetlinkSource{Handle: &netlink.Handle{}}, cfg.node, logger)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("node startup: %w", err)
-			}
-			rep.Report(true, true, "node "+node.Name+" registered")
-			future.store = store
-			close(future.ready)
-			<-ctx.Done()
-			logger.Info("datastore connection closing")
-			return nil
-		}, func(error) { cancel() })
-	}
-	// confwatch: the typed cache every later actor subscribes to. It is
-	// built before the group (reading the datastore through the future) so
-	// that the other actors can subscribe before it runs.
-	w := confwatch.New(futureSource{future}, logger, reg)
-	{
-		rep := agg.Register("confwatch", true, true, 0)
-		rep.Report(true, false, "waiting for datastore")
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			go func() {
-				select {
-				case <-w.Synced():
-					rep.Report(true, true, "in sync")
-				case <-ctx.Done():
-				}
-			}()
-			err := w.Run(ctx)
-			logger.Info("confwatch stopped")
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}, func(error) { cancel() })
-	}
-	// Kernel routes: the one owner of proto-80 routes. Producers (BGP,
-	// workloads, overlays) publish into it; it touches the kernel only
-	// after confwatch is in sync, and only runs when a producer does: a
-	// table nobody feeds would delete every proto-80 route it finds.
-	// A handle with its own socket: the zero netlink.Handle opens and closes
-	// a socket per request, which dominates installing thousands of routes.
-	nlh, err := netlink.NewHandle()
+	a, err := build(ctx, cfg, logger, level)
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
-	}
-	defer nlh.Close()
-	// Until FelixConfiguration is read, the environment's (or Felix's
-	// default) routeRefreshInterval.
-	envRefresh := agent.RouteRefreshInterval(cfg.kube.felix.Spec)
-	routeTable := routes.New(nlh, envRefresh, logger)
-	if cfg.bgp.enabled {
-		routeTable.Expect(routes.SourceBGP)
-	}
-	if cfg.dataplane {
-		routeTable.Expect(routes.SourceWorkloads, routes.SourceBlackhole, routes.SourceTunnels)
-	}
-	if cfg.bgp.enabled || cfg.dataplane {
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			select {
-			case <-w.Synced():
-			case <-ctx.Done():
-				return nil
-			}
-			err := routeTable.Run(ctx)
-			logger.Info("route table stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// FelixConfiguration settings applied at runtime: logSeverityScreen
-	// (the log level) and routeRefreshInterval (the route table's and the
-	// endpoints' resync); the policy actor reads its own settings.
-	felixOpts := agent.FelixConfigOptions{Node: cfg.node.NodeName, Env: cfg.kube.felix.Spec}
-	if !cfg.logLevelSet {
-		felixOpts.Level = level // flag and environment outrank the datastore
-	}
-	felixCfg := agent.NewFelixConfig(felixOpts, w, logger)
-	if cfg.bgp.enabled || cfg.dataplane {
-		felixCfg.AddRouteRefresher(routeTable)
-	}
-	// BGP: the speaker that replaces BIRD and confd (sessions, export of
-	// this node's blocks, learned routes into routeTable).
-	if cfg.bgp.enabled {
-		sub := w.Subscribe(bgp.Kinds()...)
-		rep := agg.Register("bgp", true, true, 0)
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			a := bgp.New(bgp.Config{
-				NodeName:     cfg.node.NodeName,
-				StatusSocket: cfg.bgp.statusSocket,
-				ListenPort:   cfg.bgp.listenPort,
-				Secrets:      bgp.SecretsDir(cfg.bgp.secretsDir),
-				Logger:       logger,
-				Registerer:   reg,
-			}, sub, store.IPAM(), routeTable, rep)
-			err = a.Run(ctx)
-			logger.Info("bgp stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// The dataplane: workload routes and sysctls, blackholes for our
-	// blocks, policy in iptables/ipsets (dataplane.go), and the overlays.
-	if cfg.dataplane {
-		if err := addDataplane(&g, parent, cfg.node.NodeName, w, routeTable, felixCfg, cfg.kube.felix.Spec, future, reg, logger); err != nil {
-			return err
-		}
-		sub := w.Subscribe(overlay.Kinds()...)
-		rep := agg.Register("overlay", true, true, 0)
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			err = overlay.New(overlay.Config{NodeName: cfg.node.NodeName, Resync: dataplaneResync, Logger: logger, FelixEnv: cfg.kube.felix.Spec}, overlay.Deps{
-				Updates: sub, Blocks: overlay.StoreBlocks(store.IPAM(), logger),
-				Store: store, IPAM: ipam.New(store.IPAM(), store, logger),
-				Kernel: nlh, Routes: routeTable, Health: rep,
-			}).Run(ctx)
-			logger.Info("overlay stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// The CNI server: the plugin processes on this node hand their
-	// commands to it (package cnientry) and fall back to running them
-	// themselves while it is not there. It needs no state of the agent's,
-	// only to run in the node's namespace, so it serves from the start.
-	if cfg.dataplane && cfg.cniSocket != "" {
-		ctx, cancel := context.WithCancel(parent)
-		srv := cni.NewServer(cfg.cniSocket, reg, logger)
-		g.Add(func() error {
-			err := srv.Run(ctx)
-			logger.Info("cni server stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// The FelixConfig actor, added after addDataplane has registered the
-	// endpoints actor with it.
-	{
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := felixCfg.Run(ctx)
-			logger.Info("felixconfig stopped")
-			return err
-		}, func(error) { cancel() })
-	}
-	// install-cni and the leader-elected kube-controllers (run_k8s.go).
-	if err := addKubeActors(&g, parent, cfg, future, reg, logger); err != nil {
 		return err
 	}
-	return g.Run()
-}
-
-// futureSource is the datastore as confwatch reads it, once the startup
-// actor has connected: its calls wait for the future.
-type futureSource struct{ f *datastoreFuture }
-
-func (s futureSource) List(ctx context.Context, kind, namespace string) ([]api.Object, int64, error) {
-	store, err := s.f.wait(ctx)
-	if err != nil {
-		return nil, 0, err
+	defer a.close()
+	// Install once before any actor runs, as Calico's install-cni init
+	// container does: when the node reports ready, kubelet already finds
+	// the plugin and its config.
+	if a.installCNI != nil {
+		if _, err := a.installCNI.Sync(); err != nil {
+			return fmt.Errorf("install CNI plugin: %w", err)
+		}
 	}
-	return store.List(ctx, kind, namespace)
+	return a.run(ctx)
 }
 
-func (s futureSource) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
-	store, err := s.f.wait(ctx)
-	if err != nil {
-		ch := make(chan datastore.Event)
-		close(ch)
-		return ch
+// run adds every actor to the group, each behind what it must wait for,
+// and runs them. The first actor to return stops all the others.
+func (a *actors) run(ctx context.Context) error {
+	g := newGroup(ctx, a.log)
+	// Signal handler: SIGINT/SIGTERM stop the group.
+	g.add("signal handler", waitForSignal(a.log))
+	// /liveness, /readiness and /metrics.
+	g.add("health server", a.health.Run)
+	// The embedded etcd, when no external endpoints are configured.
+	etcdReady := closed()
+	if a.etcd != nil {
+		g.add("embedded etcd", a.etcd.Run)
+		etcdReady = a.etcd.Ready()
 	}
-	return store.Watch(ctx, kind, fromRevision)
+	// Startup: connect to the datastore once it serves, register the node,
+	// then resolve a.store for the actors below that need it.
+	g.add("startup", after(etcdReady, a.startup.Run))
+	// confwatch: the typed cache every later actor subscribes to; its
+	// first read waits for a.store.
+	g.add("confwatch", a.runConfwatch)
+	// Nothing below is applied to the kernel before confwatch is in sync.
+	synced := a.confwatch.Synced()
+	// Kernel routes: the one owner of proto-80 routes (which also waits
+	// for every producer to publish once).
+	if a.routes != nil {
+		g.add("route table", after(synced, a.routes.Run))
+	}
+	// BGP: the speaker that replaces BIRD and confd.
+	if a.bgp != nil {
+		g.add("bgp", after(a.store.Ready(), a.bgp.Run))
+	}
+	// The dataplane (dataplane.go).
+	if dp := a.dataplane; dp != nil {
+		g.add("endpoints", after(synced, dp.endpoints.Run))
+		g.add("blackholes", after(a.store.Ready(), dp.blackholes.Run))
+		g.add("policy", after(synced, dp.policy.Run))
+		g.add("overlay", after(a.store.Ready(), dp.overlay.Run))
+	}
+	// The CNI server needs no state of the agent's, only to run in the
+	// node's namespace, so it serves from the start.
+	if a.cniServer != nil {
+		g.add("cni server", a.cniServer.Run)
+	}
+	// FelixConfiguration settings applied at runtime.
+	g.add("felixconfig", a.felixConfig.Run)
+	// install-cni keeps the plugin and its config up to date.
+	if a.installCNI != nil {
+		g.add("install-cni", a.installCNI.Run)
+	}
+	// kube-controllers: leader-elected, on the datastore once connected.
+	if a.controllers != nil {
+		g.add("kube-controllers", after(a.store.Ready(), a.controllers.Run))
+	}
+	return g.run()
 }
 
-// connectRetrying retries until the datastore answers: at start-up etcd may still
-// be coming up (embedded, or a pod on the same node).
-func connectRetrying(ctx context.Context, cfg datastore.Config, logger *slog.Logger) (datastore.Store, error) {
-	backoff := 200 * time.Millisecond
-	for {
-		store, err := connect.New(ctx, cfg)
-		if err == nil {
-			return store, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var cfgErr *datastore.ConfigError
-		if errors.As(err, &cfgErr) {
-			return nil, err // bad TLS files etc.: retrying won't help
-		}
-		logger.Warn("datastore not reachable, retrying", "endpoints", cfg.Endpoints, "err", err, "backoff", backoff)
+// runConfwatch runs the cache and reports it in sync to the health
+// aggregator.
+func (a *actors) runConfwatch(ctx context.Context) error {
+	go func() {
 		select {
+		case <-a.confwatch.Synced():
+			a.confwatchHealth.Report(true, true, "in sync")
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+	}()
+	err := a.confwatch.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
 	}
+	return err
 }

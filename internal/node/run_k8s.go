@@ -1,15 +1,11 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 
-	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -45,7 +41,7 @@ func kubeFlags() []cli.Flag {
 	env := func(names ...string) []string { return names }
 	return []cli.Flag{
 		&cli.StringFlag{Name: "controllers", EnvVars: env("ENABLED_CONTROLLERS"), Usage: "kube-controllers to run, leader-elected: " + strings.Join(controllers.All, ",")},
-		&cli.StringFlag{Name: "kubeconfig", EnvVars: env("KUBECONFIG"), Usage: "kubeconfig for the controllers (default: in-cluster service account)"},
+		&cli.StringFlag{Name: "kubeconfig", EnvVars: env("KUBECONFIG"), Usage: "kubeconfig for the Kubernetes datastore and the controllers (default: in-cluster service account)"},
 		&cli.StringFlag{Name: "controllers-lease-namespace", EnvVars: env("CALICO_CONTROLLERS_LEASE_NAMESPACE"), Value: controllers.DefaultLeaseNamespace},
 		&cli.StringFlag{Name: "k8s-node-ref", EnvVars: env("CALICO_K8S_NODE_REF"), Usage: "this node's Kubernetes name, recorded in the Node's spec.orchRefs"},
 		&cli.BoolFlag{Name: "install-cni", EnvVars: env("CALICO_INSTALL_CNI"), Usage: "install the CNI plugin and config (implied by CNI_NETWORK_CONFIG or CNI_NETWORK_CONFIG_FILE)"},
@@ -113,10 +109,10 @@ func kubeConfigInto(c *cli.Context, getenv func(string) string, environ []string
 		SkipTLSVerify:      c.Bool("skip-tls-verify"),
 		NodeName:           nodeName,
 		MTU:                c.String("cni-mtu"),
-		EtcdEndpoints:      strings.Join(cfg.etcd.Endpoints, ","),
-		EtcdCACertFile:     cfg.etcd.CACertFile,
-		EtcdCertFile:       cfg.etcd.CertFile,
-		EtcdKeyFile:        cfg.etcd.KeyFile,
+		EtcdEndpoints:      strings.Join(cfg.datastore.Endpoints, ","),
+		EtcdCACertFile:     cfg.datastore.CACertFile,
+		EtcdCertFile:       cfg.datastore.CertFile,
+		EtcdKeyFile:        cfg.datastore.KeyFile,
 		Getenv:             getenv,
 		KeepBinaries:       !c.Bool("update-cni-binaries"),
 	}
@@ -127,46 +123,36 @@ func kubeConfigInto(c *cli.Context, getenv func(string) string, environ []string
 	return nil
 }
 
-// addKubeActors adds install-cni and the kube-controllers to g.
-func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *datastoreFuture, reg prometheus.Registerer, logger *slog.Logger) error {
-	k := cfg.kube
+// kube builds install-cni and the kube-controllers, and says which
+// FELIX_* settings it takes and which it ignores.
+func (b *builder) kube(a *actors) error {
+	k := b.cfg.kube
 	for _, name := range k.felix.Unknown {
-		logger.Warn("ignoring unknown Felix setting: no FelixConfiguration field has this name", "env", name)
+		b.log.Warn("ignoring unknown Felix setting: no FelixConfiguration field has this name", "env", name)
 	}
 	for _, name := range k.felix.Bootstrap {
-		logger.Info("ignoring Felix bootstrap setting: calico-node takes it from its own configuration", "env", name)
+		b.log.Info("ignoring Felix bootstrap setting: calico-node takes it from its own configuration", "env", name)
 	}
 	if len(k.felix.Set) > 0 {
-		logger.Info("FELIX_* settings override FelixConfiguration", "env", k.felix.Set)
+		b.log.Info("FELIX_* settings override FelixConfiguration", "env", k.felix.Set)
 	}
 	if k.fileLogging {
-		logger.Info("CALICO_DISABLE_FILE_LOGGING=false: calico-node logs to stderr only")
+		b.log.Info("CALICO_DISABLE_FILE_LOGGING=false: calico-node logs to stderr only")
 	}
 
 	// install-cni: the CNI plugin and its configuration on this node.
 	if k.installCNI {
 		cni := k.cni
-		cni.Logger = logger
+		cni.Logger = b.log
 		// With an embedded etcd the endpoints are known only now.
 		if cni.EtcdEndpoints == "" {
-			cni.EtcdEndpoints = strings.Join(cfg.etcd.Endpoints, ",")
+			cni.EtcdEndpoints = strings.Join(b.cfg.datastore.Endpoints, ",")
 		}
 		in, err := cniinstall.New(cni)
 		if err != nil {
 			return err
 		}
-		// Install once before anything else runs, as Calico's install-cni
-		// init container does: when the node reports ready, kubelet
-		// already finds the plugin and its config.
-		if _, err := in.Sync(); err != nil {
-			return fmt.Errorf("install CNI plugin: %w", err)
-		}
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			err := in.Run(ctx)
-			logger.Info("install-cni stopped")
-			return err
-		}, func(error) { cancel() })
+		a.installCNI = in
 	}
 
 	// kube-controllers: leader-elected, on the datastore once connected.
@@ -176,32 +162,23 @@ func addKubeActors(g *run.Group, parent context.Context, cfg runConfig, future *
 			return err
 		}
 		// client-go logs through klog; send it where everything else goes.
-		klog.SetSlogLogger(logger.With("component", "client-go"))
+		klog.SetSlogLogger(b.log.With("component", "client-go"))
 		// Not client-go's clientset: see package kube.
 		kc, err := kube.New(restCfg)
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		ctx, cancel := context.WithCancel(parent)
-		g.Add(func() error {
-			store, err := future.wait(ctx)
-			if err != nil {
-				return nil
-			}
-			ctrl, err := controllers.New(controllers.Config{
-				Enabled:        k.controllers,
-				LeaseNamespace: k.leaseNS,
-				Identity:       cfg.node.NodeName,
-				Logger:         logger,
-				Registerer:     reg,
-			}, kc, store, ipam.New(store.IPAM(), store, logger.With("component", "ipam")))
-			if err != nil {
-				return err
-			}
-			err = ctrl.Run(ctx)
-			logger.Info("kube-controllers stopped")
+		a.controllers, err = controllers.New(controllers.Config{
+			Enabled:        k.controllers,
+			LeaseNamespace: k.leaseNS,
+			Identity:       b.cfg.node.NodeName,
+			Logger:         b.log,
+			Registerer:     b.reg,
+			Datastore:      b.cfg.datastore.EffectiveType(),
+		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
+		if err != nil {
 			return err
-		}, func(error) { cancel() })
+		}
 	}
 	return nil
 }

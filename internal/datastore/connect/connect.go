@@ -11,6 +11,25 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 )
 
+// Check returns the *datastore.ConfigError that New would return for cfg
+// without connecting, where that can be told without connecting: an
+// unknown type, or etcd endpoints or TLS files that cannot be used. The
+// Kubernetes backend's configuration is checked when New connects.
+func Check(cfg datastore.Config) error {
+	switch t := cfg.EffectiveType(); t {
+	case datastore.TypeEtcd:
+		return etcd.Check(cfg)
+	case datastore.TypeKubernetes:
+		return nil
+	default:
+		return unsupported(t)
+	}
+}
+
+func unsupported(t string) error {
+	return &datastore.ConfigError{Err: fmt.Errorf("datastore type %q is not supported: use %q or %q", t, datastore.TypeEtcd, datastore.TypeKubernetes)}
+}
+
 // New connects to the datastore cfg names and checks that it answers.
 // Configuration mistakes are *datastore.ConfigError.
 func New(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
@@ -28,6 +47,6 @@ func New(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
 		}
 		return s, nil
 	default:
-		return nil, &datastore.ConfigError{Err: fmt.Errorf("datastore type %q is not supported: use %q or %q", t, datastore.TypeEtcd, datastore.TypeKubernetes)}
+		return nil, unsupported(t)
 	}
 }

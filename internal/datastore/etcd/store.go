@@ -51,15 +51,33 @@ func New(ctx context.Context, cfg datastore.Config) (*Store, error) {
 	return newStore(ctx, cfg, api.Kinds(), api.LookupKind)
 }
 
-func newStore(ctx context.Context, cfg datastore.Config, kinds []api.KindInfo, lookup func(string) (api.KindInfo, bool)) (*Store, error) {
+// Check returns the *datastore.ConfigError New would return for cfg,
+// without connecting: no endpoints, or TLS files that cannot be read or do
+// not hold what they should.
+func Check(cfg datastore.Config) error {
+	_, err := checkedTLS(cfg)
+	return err
+}
+
+// checkedTLS is the TLS configuration of cfg (nil: plain), or why cfg
+// cannot be used, as a *datastore.ConfigError.
+func checkedTLS(cfg datastore.Config) (*tls.Config, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, &datastore.ConfigError{Err: errors.New("connect to etcd: no endpoints configured")}
 	}
-	endpoints := strings.Join(cfg.Endpoints, ",")
 	tlsCfg, err := tlsConfig(cfg)
 	if err != nil {
-		return nil, &datastore.ConfigError{Err: fmt.Errorf("connect to etcd at %s: %w", endpoints, err)}
+		return nil, &datastore.ConfigError{Err: fmt.Errorf("connect to etcd at %s: %w", strings.Join(cfg.Endpoints, ","), err)}
 	}
+	return tlsCfg, nil
+}
+
+func newStore(ctx context.Context, cfg datastore.Config, kinds []api.KindInfo, lookup func(string) (api.KindInfo, bool)) (*Store, error) {
+	tlsCfg, err := checkedTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	endpoints := strings.Join(cfg.Endpoints, ",")
 	dialTimeout := cfg.DialTimeout
 	if dialTimeout <= 0 {
 		dialTimeout = defaultDialTimeout

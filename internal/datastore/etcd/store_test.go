@@ -549,6 +549,13 @@ func TestNewErrors(t *testing.T) {
 			if got := errors.As(err, &cfgErr); got != tc.configErr {
 				t.Errorf("errors.As(*datastore.ConfigError) = %v, want %v", got, tc.configErr)
 			}
+			// Check finds the same configuration errors without
+			// connecting, and passes a configuration that is only
+			// unreachable.
+			checkErr := Check(tc.cfg)
+			if (checkErr != nil) != tc.configErr || (checkErr != nil && checkErr.Error() != err.Error()) {
+				t.Errorf("Check() = %v, want New's error %v: %v", checkErr, tc.configErr, err)
+			}
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,9 +142,35 @@ type apiStatus struct {
 	Message string `json:"message"`
 }
 
+// maxThrottleRetries bounds the retries of a request the API server
+// refused with 429 Too Many Requests: its priority-and-fairness limits,
+// or a custom resource whose storage is still initialising right after
+// the CRD was established. The refused request had no effect, so
+// retrying is safe whatever the verb.
+const maxThrottleRetries = 10
+
 // do sends one request. body, when not nil, is JSON-encoded (a []byte is
-// sent as is); out, when not nil, receives the JSON response.
+// sent as is); out, when not nil, receives the JSON response. A 429 is
+// retried after the server's Retry-After (at most 1s each time).
 func (c *client) do(ctx context.Context, method, path string, query url.Values, contentType string, body, out any) error {
+	for attempt := 0; ; attempt++ {
+		retryAfter, err := c.doOnce(ctx, method, path, query, contentType, body, out)
+		if retryAfter == 0 || attempt >= maxThrottleRetries {
+			return err
+		}
+		t := time.NewTimer(retryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// doOnce is one attempt of do; retryAfter is how long to wait before the
+// next when the server asked for one (429), else 0.
+func (c *client) doOnce(ctx context.Context, method, path string, query url.Values, contentType string, body, out any) (retryAfter time.Duration, err error) {
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -154,14 +181,14 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		if !ok {
 			var err error
 			if data, err = json.Marshal(body); err != nil {
-				return fmt.Errorf("encode %s %s: %w", method, path, err)
+				return 0, fmt.Errorf("encode %s %s: %w", method, path, err)
 			}
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -172,22 +199,29 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("kubernetes API at %s: %w", c.base, err)
+		return 0, fmt.Errorf("kubernetes API at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return fmt.Errorf("kubernetes API %s %s: read response: %w", method, path, err)
+		return 0, fmt.Errorf("kubernetes API %s %s: read response: %w", method, path, err)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		wait := time.Second
+		if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && n >= 0 && n < 1 {
+			wait = 100 * time.Millisecond
+		}
+		return wait, statusOf(method, path, resp.StatusCode, data)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return statusOf(method, path, resp.StatusCode, data)
+		return 0, statusOf(method, path, resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("kubernetes API %s %s: decode response: %w", method, path, err)
+			return 0, fmt.Errorf("kubernetes API %s %s: decode response: %w", method, path, err)
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 func statusOf(method, path string, code int, body []byte) error {

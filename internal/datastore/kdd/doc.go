@@ -38,7 +38,16 @@
 //     the static projectcalico-default-allow (resourceVersion "1").
 //   - Kubernetes NetworkPolicies are read as knp.default.* NetworkPolicies.
 //   - IPAM (Store.IPAM) maps Calico's etcd IPAM keys onto ipamblocks,
-//     blockaffinities, ipamhandles and ipamconfigs.
+//     blockaffinities, ipamhandles and ipamconfigs (ipam*.go): a block is
+//     named after its CIDR ("10-244-166-128-26"), an affinity
+//     "<node>-<block name>" (hashed when too long) with Calico's
+//     affinity-type, ip-version and hostname-hash labels, a handle by its
+//     ID in lower case, the config "default"; the spec is the etcd value
+//     in the CRD's spelling (an affinity's "deleted" is a string), the
+//     annotation projectcalico.org/metadata is {"creationTimestamp":null}
+//     (with the labels on affinities), and a key's revision is its
+//     object's resourceVersion. A Txn is applied write by write and
+//     undone when a later write loses (see datastore.KV).
 //
 // # Design
 //

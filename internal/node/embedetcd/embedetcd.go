@@ -172,7 +172,6 @@ func (s *Server) Run(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
-		s.log.Info("stopping embedded etcd")
 		return nil
 	case err := <-e.Err():
 		return unexpectedStop(err)

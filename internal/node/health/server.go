@@ -89,7 +89,6 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("health server: serve %s: %w", s.bound, err)
 	case <-ctx.Done():
 	}
-	s.log.Info("stopping health server")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -120,6 +121,10 @@ func NodeName(explicit string, getenv func(string) string) (string, error) {
 	return strings.ToLower(strings.TrimSpace(n)), nil
 }
 
+// nodeWaitInterval is how often start-up looks for a Kubernetes Node that
+// does not exist yet.
+const nodeWaitInterval = 2 * time.Second
+
 func registerNode(ctx context.Context, store Store, src autodetect.Source, cfg Config, log *slog.Logger) (*api.Node, error) {
 	for attempt := 0; ; attempt++ {
 		var node *api.Node
@@ -157,6 +162,18 @@ func registerNode(ctx context.Context, store Store, src autodetect.Source, cfg C
 			return n, nil
 		case (errors.Is(err, datastore.ErrConflict) || errors.Is(err, datastore.ErrAlreadyExists)) && attempt < 10:
 			continue // someone else wrote the node meanwhile: re-read and retry
+		case errors.Is(err, datastore.ErrNotSupported) && node.ResourceVersion == "":
+			// The Kubernetes datastore keeps a Calico Node on the
+			// Kubernetes Node, which only kubelet creates: wait for it, as
+			// a calico-node pod can start before its kubelet registers.
+			log.Warn("waiting for the Kubernetes Node to be registered (by kubelet)", "node", cfg.NodeName, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("register node %s: %w", cfg.NodeName, ctx.Err())
+			case <-time.After(nodeWaitInterval):
+			}
+			attempt = 0
+			continue
 		default:
 			return nil, fmt.Errorf("register node %s: %w", cfg.NodeName, err)
 		}

@@ -1,4 +1,4 @@
-package routes
+package routetable
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
+	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
@@ -78,12 +79,12 @@ func foreignRoutePresent(t *testing.T, nl *netlink.Handle) bool {
 func TestReconcile(t *testing.T) {
 	nl := testNS(t)
 	tbl := New(nl, time.Hour, quiet())
-	tbl.Set(SourceWorkloads, []Route{
+	tbl.Set(routes.SourceWorkloads, []routes.Route{
 		{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"},
 		{Dst: netip.MustParsePrefix("fd00::5/128"), Dev: "dummy0"},
 	})
-	tbl.Set(SourceBlackhole, []Route{{Dst: netip.MustParsePrefix("10.244.0.0/26"), Type: Blackhole}})
-	tbl.Set(SourceBGP, []Route{
+	tbl.Set(routes.SourceBlackhole, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.0/26"), Type: routes.Blackhole}})
+	tbl.Set(routes.SourceBGP, []routes.Route{
 		{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")},
 		// Conflicts with the workload route: the workload wins.
 		{Dst: netip.MustParsePrefix("10.244.0.5/32"), Via: netip.MustParseAddr("192.0.2.3")},
@@ -115,7 +116,7 @@ func TestReconcile(t *testing.T) {
 
 	// A source that no longer wants a route takes it away; the kernel's
 	// and the operator's routes stay.
-	tbl.Set(SourceBGP, nil)
+	tbl.Set(routes.SourceBGP, nil)
 	if err := tbl.Reconcile(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +132,11 @@ func TestReconcile(t *testing.T) {
 	// nothing: no route is replaced.
 	before := ours(t, nl)
 	restarted := New(nl, time.Hour, quiet())
-	restarted.Set(SourceWorkloads, []Route{
+	restarted.Set(routes.SourceWorkloads, []routes.Route{
 		{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"},
 		{Dst: netip.MustParsePrefix("fd00::5/128"), Dev: "dummy0"},
 	})
-	restarted.Set(SourceBlackhole, []Route{{Dst: netip.MustParsePrefix("10.244.0.0/26"), Type: Blackhole}})
+	restarted.Set(routes.SourceBlackhole, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.0/26"), Type: routes.Blackhole}})
 	counting := &countingKernel{Kernel: nl}
 	restarted.k = counting
 	if err := restarted.Reconcile(); err != nil {
@@ -159,7 +160,7 @@ func TestRunRetriesMissingDevice(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- tbl.Run(ctx) }()
-	tbl.Set(SourceWorkloads, []Route{{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "later0"}})
+	tbl.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "later0"}})
 	time.Sleep(200 * time.Millisecond)
 	if got := ours(t, nl); len(got) != 0 {
 		t.Fatalf("route to a missing device programmed: %v", got)
@@ -229,25 +230,25 @@ func TestRunExpectAndDiff(t *testing.T) {
 	nl := testNS(t)
 	// Routes a previous agent left behind, owned by both sources.
 	pre := New(nl, time.Hour, quiet())
-	pre.Set(SourceWorkloads, []Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
-	pre.Set(SourceBGP, []Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
+	pre.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
+	pre.Set(routes.SourceBGP, []routes.Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
 	if err := pre.Reconcile(); err != nil {
 		t.Fatal(err)
 	}
 
 	k := &listCounting{Kernel: nl}
 	tbl := New(k, time.Hour, quiet())
-	tbl.Expect(SourceWorkloads, SourceBGP)
+	tbl.Expect(routes.SourceWorkloads, routes.SourceBGP)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go tbl.Run(ctx)
-	tbl.Set(SourceWorkloads, []Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
+	tbl.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.5/32"), Dev: "dummy0"}})
 	time.Sleep(200 * time.Millisecond)
 	if k.writes != 0 || len(ours(t, nl)) != 2 {
 		t.Fatalf("wrote before the BGP source published: %d writes, routes %v", k.writes, ours(t, nl))
 	}
 	applied := tbl.Applied()
-	tbl.Set(SourceBGP, []Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
+	tbl.Set(routes.SourceBGP, []routes.Route{{Dst: netip.MustParsePrefix("10.244.1.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
 	select {
 	case <-applied:
 	case <-time.After(5 * time.Second):
@@ -258,7 +259,7 @@ func TestRunExpectAndDiff(t *testing.T) {
 	}
 	lists := k.lists
 	applied = tbl.Applied()
-	tbl.Set(SourceBGP, []Route{
+	tbl.Set(routes.SourceBGP, []routes.Route{
 		{Dst: netip.MustParsePrefix("10.244.2.0/26"), Via: netip.MustParseAddr("192.0.2.3")},
 	})
 	select {
@@ -277,7 +278,7 @@ func TestRunExpectAndDiff(t *testing.T) {
 
 // runTable runs tbl until the test ends and waits for its first write of
 // want.
-func runTable(t *testing.T, tbl *Table, want []Route) {
+func runTable(t *testing.T, tbl *Table, want []routes.Route) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -287,7 +288,7 @@ func runTable(t *testing.T, tbl *Table, want []Route) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	tbl.Set(SourceWorkloads, want)
+	tbl.Set(routes.SourceWorkloads, want)
 	applied := tbl.Applied()
 	go func() { done <- tbl.Run(ctx) }()
 	select {
@@ -341,7 +342,7 @@ func TestRefreshIntervalRepairsDrift(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nl := testNS(t)
 			tbl := New(nl, tc.interval, quiet())
-			runTable(t, tbl, []Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
+			runTable(t, tbl, []routes.Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
 			deleteByHand(t, nl, dst)
 			if got := restoredWithin(t, nl, dst, time.Second); got != tc.restored {
 				t.Errorf("refresh %s: route restored within 1s = %v, want %v", tc.interval, got, tc.restored)
@@ -357,7 +358,7 @@ func TestSetRefreshIntervalAtRuntime(t *testing.T) {
 	const dst = "10.244.0.8/32"
 	nl := testNS(t)
 	tbl := New(nl, 0, quiet())
-	runTable(t, tbl, []Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
+	runTable(t, tbl, []routes.Route{{Dst: netip.MustParsePrefix(dst), Dev: "dummy0"}})
 
 	deleteByHand(t, nl, dst)
 	if restoredWithin(t, nl, dst, 500*time.Millisecond) {

@@ -1,11 +1,12 @@
-// Package routes owns this node's kernel routes: every route marked with
-// routeproto.Calico, whoever wants it.
+// Package routetable owns this node's kernel routes: every route marked
+// with routeproto.Calico, whoever wants it.
 //
 // API model: several producers (the workload-endpoint actor, the BGP
 // speaker, the overlay code) each publish their complete set of wanted
-// routes under their own source name with Table.Set. The table's desired
-// state is the union; its actual state is what the kernel holds with our
-// protocol. Run reconciles the two in one batch whenever a source changes
+// routes (routes.Route: plain values the producers share without
+// importing this package) under their own source name with Table.Set.
+// The table's desired state is the union; its actual state is what the
+// kernel holds with our protocol. Run reconciles the two in one batch whenever a source changes
 // and on a periodic resync, so a route deleted by hand comes back and a
 // route nobody wants any more goes away.
 //
@@ -36,4 +37,4 @@
 // Thread safety: Set, Expect, Applied and SetRefreshInterval may be called
 // from any goroutine; the kernel is only touched by the Run goroutine
 // (or by a direct Reconcile call when Run is not running).
-package routes
+package routetable

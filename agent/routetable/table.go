@@ -1,0 +1,399 @@
+package routetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/agent/refresh"
+	"github.com/projectcalico/calico-node/agent/routeproto"
+	"github.com/projectcalico/calico-node/agent/routes"
+)
+
+// key identifies a route in the kernel: its table and destination.
+func key(r routes.Route) string { return fmt.Sprintf("%d/%s", table(r), r.Dst) }
+
+func table(r routes.Route) int {
+	if r.Table == 0 {
+		return unix.RT_TABLE_MAIN
+	}
+	return r.Table
+}
+
+// Kernel is the netlink surface the table uses; *netlink.Handle implements it.
+type Kernel interface {
+	RouteListFiltered(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error)
+	RouteReplace(route *netlink.Route) error
+	RouteDel(route *netlink.Route) error
+	LinkByName(name string) (netlink.Link, error)
+	LinkByIndex(index int) (netlink.Link, error)
+}
+
+// Table is the route actor.
+type Table struct {
+	k   Kernel
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sources  map[string][]routes.Route
+	expected map[string]bool // sources to wait for before the first write
+	dirty    chan struct{}   // 1-slot: coalesces wake-ups
+
+	refresh *refresh.Ticker // full-resync period; 0: none
+
+	applied chan struct{} // closed and replaced after each successful apply
+
+	// last is what the previous successful reconcile left in the kernel
+	// (owned by Run): changes between full resyncs are applied as a diff
+	// against it, without listing the kernel's routes.
+	last map[string]routes.Route
+	// skipped counts the wanted routes the last pass left out because
+	// their device does not exist yet (owned by Run).
+	skipped int
+}
+
+// New returns a table working through k (a netlink handle for the node's
+// network namespace). period is the period of the full reconcile that
+// re-reads the kernel's routes (FelixConfiguration routeRefreshInterval);
+// 0 or less disables it.
+func New(k Kernel, period time.Duration, logger *slog.Logger) *Table {
+	return &Table{
+		k: k, log: logger.With("component", "routes"), refresh: refresh.NewTicker(period),
+		sources: map[string][]routes.Route{},
+		dirty:   make(chan struct{}, 1),
+		applied: make(chan struct{}),
+	}
+}
+
+// SetRefreshInterval changes the period of the full reconcile; 0 or less
+// disables it, so drift (a route deleted by hand) is only repaired when a
+// source changes or a write fails. It may be called from any goroutine,
+// before or during Run, and takes effect at once: the next full
+// reconcile is d from now.
+func (t *Table) SetRefreshInterval(d time.Duration) { t.refresh.Set(d) }
+
+// Expect names a source that will publish. Until every expected source
+// has published once, Run does not touch the kernel: a restarting agent
+// must not delete the routes of a producer that simply has not caught up
+// yet. Call before Run.
+func (t *Table) Expect(sources ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.expected == nil {
+		t.expected = map[string]bool{}
+	}
+	for _, s := range sources {
+		t.expected[s] = true
+	}
+}
+
+func (t *Table) ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for s := range t.expected {
+		if _, ok := t.sources[s]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Set replaces the routes wanted by source.
+func (t *Table) Set(source string, rs []routes.Route) {
+	cp := append([]routes.Route(nil), rs...)
+	t.mu.Lock()
+	t.sources[source] = cp
+	t.mu.Unlock()
+	t.kick()
+}
+
+func (t *Table) kick() {
+	select {
+	case t.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Applied returns a channel closed after the next successful reconcile.
+func (t *Table) Applied() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applied
+}
+
+// Run reconciles until ctx is done. Kernel errors are retried with backoff;
+// they never stop the actor. Routes left out because their device is
+// missing are retried with backoff too, so that a device appearing after
+// its route is wanted does not depend on the periodic refresh (which may
+// be disabled).
+func (t *Table) Run(ctx context.Context) error {
+	tickC := t.refresh.Start()
+	defer t.refresh.Stop()
+	backoff, pendingBackoff := time.Duration(0), time.Duration(0)
+	t.kick()
+	for {
+		var retry, pending <-chan time.Time
+		if backoff > 0 {
+			retry = time.After(backoff)
+		} else if pendingBackoff > 0 {
+			pending = time.After(pendingBackoff)
+		}
+		full := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.refresh.Changed():
+			tickC = t.refresh.Start()
+			t.log.Debug("route refresh interval", "interval", t.refresh.Period())
+			continue
+		case <-t.dirty:
+		case <-tickC:
+			full = true
+		case <-retry:
+			full = true
+		case <-pending:
+		}
+		if !t.ready() {
+			continue
+		}
+		var err error
+		if full || t.last == nil {
+			err = t.Reconcile()
+		} else {
+			err = t.applyDiff()
+		}
+		if err != nil {
+			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
+			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
+			continue
+		}
+		backoff = 0
+		if t.skipped > 0 {
+			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
+		} else {
+			pendingBackoff = 0
+		}
+	}
+}
+
+// desired merges the sources; earlier sources win conflicts.
+func (t *Table) desired() map[string]routes.Route {
+	t.mu.Lock()
+	names := make([]string, 0, len(t.sources))
+	for n := range t.sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := map[string]routes.Route{}
+	for _, n := range names {
+		for _, r := range t.sources[n] {
+			k := key(r)
+			if prev, ok := out[k]; ok {
+				if !sameRoute(prev, r) {
+					t.log.Debug("route wanted by two sources; keeping the first", "dst", r.Dst, "kept", prev.Dev, "dropped", r.Dev, "source", n)
+				}
+				continue
+			}
+			out[k] = r
+		}
+	}
+	t.mu.Unlock()
+	return out
+}
+
+func sameRoute(a, b routes.Route) bool {
+	return a.Dst == b.Dst && a.Type == b.Type && a.Dev == b.Dev && a.Via == b.Via && table(a) == table(b) && a.Scope == b.Scope && a.Metric == b.Metric
+}
+
+// Reconcile makes the kernel match the desired routes once.
+func (t *Table) Reconcile() error {
+	want := t.desired()
+	t.skipped = 0
+	var errs []error
+	actual := map[string]netlink.Route{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
+			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range rs {
+			dst, ok := prefixOf(r.Dst, fam)
+			if !ok {
+				continue
+			}
+			actual[fmt.Sprintf("%d/%s", r.Table, dst)] = r
+		}
+	}
+	// Delete what nobody wants.
+	for k, r := range actual {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		r := r
+		if err := t.k.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		}
+	}
+	// Replace what is missing or different.
+	for k, w := range want {
+		nr, err := t.toNetlink(w)
+		if err != nil {
+			// The device may not exist yet (pod being created): Run
+			// retries it with backoff.
+			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			delete(want, k)
+			t.skipped++
+			continue
+		}
+		if cur, ok := actual[k]; ok && matches(cur, nr) {
+			continue
+		}
+		if err := t.k.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil // next pass lists the kernel again
+		return err
+	}
+	t.last = want
+	t.signalApplied()
+	return nil
+}
+
+// applyDiff writes only what changed since the last reconcile. Routes
+// changed behind our back are repaired by the next full Reconcile.
+func (t *Table) applyDiff() error {
+	want := t.desired()
+	t.skipped = 0
+	var errs []error
+	for k, r := range t.last {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		nr, err := t.toNetlink(r)
+		if err != nil {
+			continue // its device is gone, and the route with it
+		}
+		if err := t.k.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		}
+	}
+	for k, w := range want {
+		if prev, ok := t.last[k]; ok && prev == w {
+			continue
+		}
+		nr, err := t.toNetlink(w)
+		if err != nil {
+			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			delete(want, k) // not in the kernel: retried (Run's pending backoff)
+			t.skipped++
+			continue
+		}
+		if err := t.k.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil
+		return err
+	}
+	t.last = want
+	t.signalApplied()
+	return nil
+}
+
+func (t *Table) signalApplied() {
+	t.mu.Lock()
+	close(t.applied)
+	t.applied = make(chan struct{})
+	t.mu.Unlock()
+}
+
+func prefixOf(n *net.IPNet, fam int) (netip.Prefix, bool) {
+	if n == nil {
+		// Default route.
+		if fam == netlink.FAMILY_V4 {
+			return netip.MustParsePrefix("0.0.0.0/0"), true
+		}
+		return netip.MustParsePrefix("::/0"), true
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+func (t *Table) toNetlink(r routes.Route) (*netlink.Route, error) {
+	nr := &netlink.Route{
+		Dst:      &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+		Protocol: routeproto.Calico,
+		Table:    table(r),
+		Scope:    netlink.Scope(r.Scope),
+		Priority: r.Metric,
+	}
+	switch r.Type {
+	case routes.Blackhole:
+		nr.Type = unix.RTN_BLACKHOLE
+		return nr, nil
+	case routes.Unreachable:
+		nr.Type = unix.RTN_UNREACHABLE
+		return nr, nil
+	}
+	if r.Dev != "" {
+		l, err := t.k.LinkByName(r.Dev)
+		if err != nil {
+			return nil, fmt.Errorf("link %s: %w", r.Dev, err)
+		}
+		nr.LinkIndex = l.Attrs().Index
+	}
+	if r.Via.IsValid() {
+		nr.Gw = r.Via.AsSlice()
+		if r.OnLink {
+			nr.Flags = int(netlink.FLAG_ONLINK)
+		}
+	} else if r.Dev != "" && r.Scope == 0 {
+		nr.Scope = netlink.SCOPE_LINK
+	}
+	if r.Src.IsValid() {
+		nr.Src = r.Src.AsSlice()
+	}
+	return nr, nil
+}
+
+// matches reports whether the kernel route already is what we want.
+func matches(cur netlink.Route, want *netlink.Route) bool {
+	typ := func(t int) int {
+		if t == 0 {
+			return unix.RTN_UNICAST
+		}
+		return t
+	}
+	scopeOK, prio := cur.Scope == want.Scope, want.Priority
+	if want.Dst.IP.To4() == nil {
+		// IPv6 routes have no scope, and metric 0 means the kernel's 1024.
+		scopeOK = true
+		if prio == 0 {
+			prio = 1024
+		}
+	}
+	return typ(cur.Type) == typ(want.Type) &&
+		// A route given only a gateway gets its device from the kernel.
+		(want.LinkIndex == 0 || cur.LinkIndex == want.LinkIndex) &&
+		cur.Gw.Equal(want.Gw) &&
+		scopeOK &&
+		cur.Priority == prio &&
+		(want.Src == nil || cur.Src.Equal(want.Src))
+}

@@ -1,0 +1,182 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/agent/routes"
+	"github.com/projectcalico/calico-node/agent/routetable"
+	"github.com/projectcalico/calico-node/bgp"
+	"github.com/projectcalico/calico-node/cniinstall"
+	"github.com/projectcalico/calico-node/confwatch"
+	"github.com/projectcalico/calico-node/controllers"
+	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/node/embedetcd"
+	"github.com/projectcalico/calico-node/internal/node/health"
+)
+
+// actors are the parts of `calico-node run`, built and not started. A nil
+// field is a part this configuration does not run.
+type actors struct {
+	log *slog.Logger
+
+	health          *health.Server
+	etcd            *embedetcd.Server
+	startup         *startupActor
+	store           *storeFuture // resolved by startup
+	confwatch       *confwatch.Watcher
+	confwatchHealth *health.Reporter
+	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
+	felixConfig     *agent.FelixConfig
+	bgp             *bgp.Actor
+	dataplane       *dataplane
+	cniServer       *cni.Server
+	installCNI      *cniinstall.Installer
+	controllers     *controllers.Controllers
+
+	nl *netlink.Handle // the routes' and overlay's; closed by close
+}
+
+// close releases what building opened.
+func (a *actors) close() {
+	if a.nl != nil {
+		a.nl.Close()
+	}
+}
+
+// builder is what every actor is built from.
+type builder struct {
+	cfg   runConfig
+	log   *slog.Logger
+	level *slog.LevelVar // the process's log level
+	reg   *prometheus.Registry
+	agg   *health.Aggregator
+}
+
+// build makes every actor cfg asks for and starts none: a configuration
+// error (a missing iptables, an unreadable file, a Kubernetes API that
+// cannot be configured) stops the process here, before anything has
+// listened, written a file or touched the kernel.
+func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) (_ *actors, err error) {
+	b := &builder{cfg: cfg, log: logger, level: level, reg: prometheus.NewRegistry(), agg: health.NewAggregator()}
+	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a := &actors{log: logger, store: newStoreFuture()}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	if err := b.controlPlane(a); err != nil {
+		return nil, err
+	}
+	if err := b.routing(a); err != nil {
+		return nil, err
+	}
+	if cfg.dataplane {
+		if a.dataplane, err = b.dataplane(ctx, a); err != nil {
+			return nil, err
+		}
+		if cfg.cniSocket != "" {
+			// The plugin processes on this node hand their commands to
+			// it (package cnientry) and fall back to running them
+			// themselves while it is not there.
+			a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
+		}
+	}
+	if err := b.kube(a); err != nil { // run_k8s.go
+		return nil, err
+	}
+	return a, nil
+}
+
+// controlPlane builds the health server, the datastore (embedded etcd,
+// startup) and confwatch.
+func (b *builder) controlPlane(a *actors) error {
+	ds := b.cfg.datastore
+	if ds.EffectiveType() == datastore.TypeEtcd && len(ds.Endpoints) == 0 {
+		a.etcd = embedetcd.New(embedetcd.Config{
+			DataDir:   filepath.Join(b.cfg.dataDir, "etcd"),
+			ClientURL: b.cfg.embedClient,
+			PeerURL:   b.cfg.embedPeer,
+			Name:      b.cfg.node.NodeName,
+			Logger:    b.log,
+		})
+		ds.Endpoints = a.etcd.Endpoints()
+	}
+	if err := connect.Check(ds); err != nil {
+		return err
+	}
+	b.cfg.datastore = ds // install-cni writes the embedded etcd's endpoints into the CNI config
+	a.health = health.NewServer(b.cfg.healthAddr, b.agg, b.reg, b.log)
+	a.startup = &startupActor{
+		datastore: ds, node: b.cfg.node, future: a.store,
+		health: b.agg.Register("startup", false, true, 0), log: b.log,
+	}
+	// Built before the group runs, reading the datastore through the
+	// future, so that every other actor can subscribe before it runs.
+	a.confwatch = confwatch.New(a.store, b.log, b.reg)
+	a.confwatchHealth = b.agg.Register("confwatch", true, true, 0)
+	a.confwatchHealth.Report(true, false, "waiting for datastore")
+	return nil
+}
+
+// routing builds the route table, the FelixConfiguration actor and the
+// BGP speaker.
+func (b *builder) routing(a *actors) error {
+	felix := b.cfg.kube.felix.Spec
+	// FelixConfiguration settings applied at runtime: logSeverityScreen
+	// (the log level) and routeRefreshInterval (the route table's and the
+	// endpoints' resync); the policy actor reads its own settings.
+	opts := agent.FelixConfigOptions{Node: b.cfg.node.NodeName, Env: felix}
+	if !b.cfg.logLevelSet {
+		opts.Level = b.level // flag and environment outrank the datastore
+	}
+	a.felixConfig = agent.NewFelixConfig(opts, a.confwatch, b.log)
+
+	// The route table runs only when a producer does: a table nobody
+	// feeds would delete every proto-80 route it finds.
+	if !b.cfg.bgp.enabled && !b.cfg.dataplane {
+		return nil
+	}
+	// A handle with its own socket: the zero netlink.Handle opens and
+	// closes a socket per request, which dominates installing thousands
+	// of routes.
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	a.nl = nl
+	// Until FelixConfiguration is read, the environment's (or Felix's
+	// default) routeRefreshInterval.
+	a.routes = routetable.New(nl, agent.RouteRefreshInterval(felix), b.log)
+	if b.cfg.bgp.enabled {
+		a.routes.Expect(routes.SourceBGP)
+	}
+	if b.cfg.dataplane {
+		a.routes.Expect(routes.SourceWorkloads, routes.SourceBlackhole, routes.SourceTunnels)
+	}
+	a.felixConfig.AddRouteRefresher(a.routes)
+
+	if b.cfg.bgp.enabled {
+		// Sessions, export of this node's blocks, learned routes into
+		// the route table.
+		a.bgp = bgp.New(bgp.Config{
+			NodeName:     b.cfg.node.NodeName,
+			StatusSocket: b.cfg.bgp.statusSocket,
+			ListenPort:   b.cfg.bgp.listenPort,
+			Secrets:      bgp.SecretsDir(b.cfg.bgp.secretsDir),
+			Logger:       b.log,
+			Registerer:   b.reg,
+		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+)
+
+// fullNode is a `calico-node run` with every actor on: embedded etcd,
+// BGP, the dataplane, the CNI server and install-cni. It runs in a
+// namespace of its own, so that what it would do to the kernel (iptables,
+// routes, a BGP listener) stays there, with every file under a temporary
+// directory.
+type fullNode struct {
+	ns                            *netnstest.NS
+	data, conf, bin               string
+	cniSocket, bgpSocket, missing string
+}
+
+func newFullNode(t *testing.T) *fullNode {
+	dir := t.TempDir()
+	return &fullNode{
+		ns:   netnstest.New(t, "cfgerr"),
+		data: filepath.Join(dir, "data"), conf: filepath.Join(dir, "net.d"), bin: filepath.Join(dir, "bin"),
+		cniSocket: filepath.Join(dir, "cni.sock"), bgpSocket: filepath.Join(dir, "bird.ctl"),
+		missing: filepath.Join(dir, "no-such-file"),
+	}
+}
+
+// start runs the agent with extra args and env on top of the full set.
+func (n *fullNode) start(t *testing.T, args, env []string) *proctest.Proc {
+	cmd := n.ns.Command(testbin.Path(t), append([]string{"run", "--data-dir", n.data}, args...)...)
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"NODENAME=cfgerr", "IP=198.51.100.30/24",
+		"CALICO_NETWORKING_BACKEND=bird", "CALICO_DATAPLANE=iptables",
+		"CALICO_BGP_STATUS_SOCKET=" + n.bgpSocket, "CALICO_CNI_SOCKET=" + n.cniSocket,
+		"CNI_NETWORK_CONFIG=" + `{"name": "k8s-pod-network", "cniVersion": "0.3.1", "type": "calico", "mtu": __CNI_MTU__}`,
+		"CALICO_CNI_CONF_DIR=" + n.conf, "CALICO_CNI_BIN_DIR=" + n.bin,
+		"CALICO_SERVICE_ACCOUNT_DIR=" + filepath.Join(n.data, "no-service-account"),
+	}, env...)
+	return proctest.Start(t, "calico-node", cmd)
+}
+
+// traces lists what a started actor leaves behind: a listener's log
+// line, a socket, a file, a chain in the kernel.
+func (n *fullNode) traces(t *testing.T, logs string) []string {
+	var found []string
+	for _, line := range []string{"health server listening", "embedded etcd ready", "serving CNI commands", " stopped"} {
+		if strings.Contains(logs, line) {
+			found = append(found, "log: "+strings.TrimSpace(line))
+		}
+	}
+	for _, path := range []string{
+		n.cniSocket, n.bgpSocket, filepath.Join(n.data, "etcd"), filepath.Join(n.data, "nodename"),
+		filepath.Join(n.conf, "10-calico.conflist"), filepath.Join(n.bin, "calico"),
+	} {
+		if _, err := os.Stat(path); err == nil {
+			found = append(found, "file: "+path)
+		}
+	}
+	if strings.Contains(n.ns.MustRun(t, "iptables-save"), ":cali-") {
+		found = append(found, "iptables: cali- chains")
+	}
+	return found
+}
+
+// A configuration error stops `calico-node run` before any actor has
+// started: it exits with the reason, and nothing has listened, been
+// written or been programmed.
+func TestConfigErrorStartsNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  func(n *fullNode) []string
+		want func(n *fullNode) string // in the output
+	}{
+		{
+			name: "bad flag value",
+			args: []string{"--bgp-listen-port", "70000"},
+			want: func(*fullNode) string { return "bgp-listen-port 70000" },
+		},
+		{
+			name: "bad FELIX_ setting",
+			env:  func(*fullNode) []string { return []string{"FELIX_IPV6SUPPORT=maybe"} },
+			want: func(*fullNode) string { return "FELIX_IPV6SUPPORT" },
+		},
+		{
+			name: "unreadable CNI config template",
+			env:  func(n *fullNode) []string { return []string{"CNI_NETWORK_CONFIG_FILE=" + n.missing} },
+			want: func(n *fullNode) string { return n.missing },
+		},
+		{
+			name: "unreadable etcd CA file",
+			env:  func(n *fullNode) []string { return []string{"ETCD_CA_CERT_FILE=" + n.missing} },
+			want: func(n *fullNode) string { return n.missing },
+		},
+		{
+			name: "unreadable kubeconfig for the controllers",
+			env:  func(n *fullNode) []string { return []string{"ENABLED_CONTROLLERS=node", "KUBECONFIG=" + n.missing} },
+			want: func(n *fullNode) string { return n.missing },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newFullNode(t)
+			var env []string
+			if tc.env != nil {
+				env = tc.env(n)
+			}
+			p := n.start(t, tc.args, env)
+			select {
+			case <-p.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatalf("agent with a configuration error kept running\n%s", p.Log)
+			}
+			logs := p.Log.String()
+			if p.Err() == nil || !strings.Contains(logs, tc.want(n)) {
+				t.Errorf("exit %v, want an error naming %q; output:\n%s", p.Err(), tc.want(n), logs)
+			}
+			if found := n.traces(t, logs); len(found) > 0 {
+				t.Errorf("actors started before the configuration error: %v\n%s", found, logs)
+			}
+		})
+	}
+
+	// The same node without the error leaves every trace the cases above
+	// look for, so that their absence there means something.
+	t.Run("valid configuration", func(t *testing.T) {
+		n := newFullNode(t)
+		p := n.start(t, nil, nil)
+		const running = 10 // every trace but "log: stopped"
+		var found []string
+		p.WaitFor(t, 60*time.Second, "every actor's trace", func() bool {
+			found = n.traces(t, p.Log.String())
+			return len(found) == running
+		})
+		if err := p.Stop(15 * time.Second); err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Log)
+		}
+		if !strings.Contains(p.Log.String(), "confwatch stopped") {
+			t.Errorf("no stop logged:\n%s", p.Log)
+		}
+	})
+}
