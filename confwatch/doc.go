@@ -22,10 +22,11 @@
 // watcher appends to and the subscriber drains, so a slow consumer receives
 // its updates batched rather than stalling everyone.
 //
-// Fan-out: Server serves one Watcher's cache to many agents over stream
-// connections (TCP, or TLS: it takes any net.Listener), and Remote is the
-// Source an agent's Watcher reads from such a server instead of the
-// datastore — Calico's Typha, in the Watcher's own terms:
+// Fan-out: Server serves one Watcher's cache (and one KV prefix: IPAM's
+// blocks and affinities) to many agents over stream connections (TCP, or
+// TLS: it takes any net.Listener), and Remote is the Source an agent's
+// Watcher reads from such a server instead of the datastore, Remote.KV the
+// KV whose watches do — Calico's Typha, in the Watcher's own terms:
 //
 //	datastore ──► Watcher ──► Server ══ TCP/TLS ══► Remote ──► Watcher (agent 1)
 //	                                 ══════════════► Remote ──► Watcher (agent N)

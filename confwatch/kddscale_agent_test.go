@@ -39,7 +39,8 @@ import (
 //	seen <agent> <gnp|wep> <gen> <t>    the probe object at generation gen is in the cache
 //	burst <agent> <id> <t>              every pod of burst id has its label in the cache
 //	stats <agent> <updates> <warnings> <heap>
-//	                                    updates received after the snapshot; logged
+//	                                    updates (resources and IPAM keys) received after
+//	                                    the snapshots; logged
 //	                                    warnings; live heap of the process (bytes)
 //	error <agent> <message>             the agent could not start
 //	hub <addr> <start> <synced>         (fan-out process) serving on addr, in sync
@@ -49,11 +50,11 @@ import (
 // that many pods labelled bench-burst=<id>), "stats". EOF on stdin stops
 // the child.
 //
-// With the fan-out, one more child (agentEnv=hub) runs the Watcher over
-// the Kubernetes API and serves it (Server), and the agents' Watchers read
-// it through a Remote at agentFanOutEnv instead of watching the API server
-// themselves; they still open their own kdd.Store, for the IPAM watches,
-// which the fan-out does not carry.
+// With the fan-out, one more child (agentEnv=hub) runs the Watcher and the
+// IPAM watch over the Kubernetes API and serves them (Server), and the
+// agents read it through a Remote at agentFanOutEnv (their Watcher's Source
+// and their IPAM watches) instead of watching the API server themselves;
+// their own kdd.Store is then only for reads and writes, as a real node's.
 const (
 	agentEnv       = "CALICO_KDD_SCALE_AGENT"  // index of the child's first agent, or "hub"
 	agentFanOutEnv = "CALICO_KDD_SCALE_FANOUT" // the hub's address, for agents that read it
@@ -156,7 +157,7 @@ func hubProcessMain() int {
 	}
 	reg := prometheus.NewRegistry()
 	w := New(store, logger, nil)
-	srv := NewServer(w, l, ServerConfig{Logger: logger, Registerer: reg})
+	srv := NewServer(w, l, ServerConfig{KV: store.IPAM(), KVPrefix: "/calico/ipam/v2/", Logger: logger, Registerer: reg})
 	go w.Run(ctx)
 	go srv.Run(ctx)
 	<-w.Synced()
@@ -181,13 +182,14 @@ type simAgent struct {
 	id  int
 	out *lineWriter
 
-	mu       sync.Mutex
-	updates  int64
-	gens     map[string]int             // probe kind -> newest generation reported
-	expect   map[string]int             // burst id -> pods it changes
-	burst    map[string]map[string]bool // burst id -> pods seen with its label
-	reported map[string]bool            // bursts reported complete
-	warnings atomic.Int64               // records logged at Warn or above
+	mu        sync.Mutex
+	updates   int64
+	gens      map[string]int             // probe kind -> newest generation reported
+	expect    map[string]int             // burst id -> pods it changes
+	burst     map[string]map[string]bool // burst id -> pods seen with its label
+	reported  map[string]bool            // bursts reported complete
+	warnings  atomic.Int64               // records logged at Warn or above
+	kvUpdates atomic.Int64               // IPAM puts and deletes received
 }
 
 func newSimAgent(id int, out *lineWriter) *simAgent {
@@ -208,24 +210,30 @@ func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
 	}
 	defer store.Close()
 	var src Source = store
+	kv := store.IPAM()
 	if addr := os.Getenv(agentFanOutEnv); addr != "" {
-		src = NewRemote(func(ctx context.Context) (net.Conn, error) {
+		remote := NewRemote(func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
 		}, logger)
+		src, kv = remote, remote.KV(kv)
 	}
 	w := New(src, logger, nil)
 	go w.Run(ctx)
 	// The IPAM watches a node holds beside confwatch's: BGP's of every IPAM
 	// key (its own affinities, borrowed addresses) and the overlay's of the
 	// blocks (routes to other nodes' blocks).
-	kv := store.IPAM()
 	go func() {
-		for range kv.Watch(ctx, "/calico/ipam/v2/") {
+		for ev := range kv.Watch(ctx, "/calico/ipam/v2/") {
+			if ev.Type == datastore.KVPut || ev.Type == datastore.KVDelete {
+				a.kvUpdates.Add(1)
+			}
 		}
 	}()
+	// WatchBlocks hands out coalesced snapshots: its events are counted
+	// on their way in.
 	go func() {
-		for range ipam.WatchBlocks(ctx, kv, logger) {
+		for range ipam.WatchBlocks(ctx, countingKV{KV: kv, n: &a.kvUpdates}, logger) {
 		}
 	}()
 	// One subscription to every kind: what the agent's consumers (policy,
@@ -302,7 +310,32 @@ func (a *simAgent) checkBurstLocked(id string, now time.Time) {
 func (a *simAgent) report(heap uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.out.printf("stats %d %d %d %d", a.id, a.updates, a.warnings.Load(), heap)
+	a.out.printf("stats %d %d %d %d", a.id, a.updates+a.kvUpdates.Load(), a.warnings.Load(), heap)
+}
+
+// countingKV counts the puts and deletes its watches deliver.
+type countingKV struct {
+	datastore.KV
+	n *atomic.Int64
+}
+
+func (k countingKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
+	in := k.KV.Watch(ctx, prefix)
+	out := make(chan datastore.KVEvent)
+	go func() {
+		defer close(out)
+		for ev := range in {
+			if ev.Type == datastore.KVPut || ev.Type == datastore.KVDelete {
+				k.n.Add(1)
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // countingHandler counts the records it passes on: a watch that fails or

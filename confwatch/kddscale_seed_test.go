@@ -3,6 +3,7 @@ package confwatch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
+	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
@@ -48,10 +50,6 @@ const (
 )
 
 func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
-
-func podIP(node, j int) string {
-	return fmt.Sprintf("10.%d.%d.%d", 240+node>>8, node&255, j+2)
-}
 
 // kddCluster is a kube-apiserver with Calico's CRDs and RBAC installed and
 // the cluster seeded.
@@ -234,33 +232,57 @@ func (c *kddCluster) seed(tb testing.TB) {
 		return nil
 	})
 
-	// Pods, spread over the namespaces, each bound to its node with its
-	// address in Calico's annotations and in its status.
+	// Pods, spread over the namespaces, each bound to its node with an
+	// address from Calico IPAM (a /26 block affine to each node, a handle
+	// per pod, as the CNI plugin leaves them) in Calico's annotations and
+	// in its status. One worker per node: a node's pods share its block.
+	ipc := c.ipam()
 	total := s.pods()
-	parallel(tb, total+1, func(k int) error {
-		var p *corev1.Pod
-		if k == total {
-			p = k8sPod(probeNamespace, probePod, "probe", 0, 250)
-			p.Labels[probeLabel] = "0"
-		} else {
-			node, j := k/s.podsPerNode, k%s.podsPerNode
-			ns := fmt.Sprintf("ns-%02d", k%s.namespaces)
-			app := fmt.Sprintf("app%d", k%20)
-			p = k8sPod(ns, fmt.Sprintf("%s-%s-%05d", app, "7d9f8b6c5", k), app, node, j)
+	parallel(tb, s.nodes, func(node int) error {
+		for j := range s.podsPerNode {
+			k := node*s.podsPerNode + j
+			ns, name := c.podName(k)
+			if err := c.createPod(ctx, ipc, ns, name, fmt.Sprintf("app%d", k%20), node, fmt.Sprintf("%064x", k+1), nil); err != nil {
+				return err
+			}
 		}
-		status := p.Status
-		created, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("create pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		created.Status = status
-		if _, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("pod %s/%s status: %w", p.Namespace, p.Name, err)
+		if node == 0 {
+			return c.createPod(ctx, ipc, probeNamespace, probePod, "probe", 0, fmt.Sprintf("%064x", total+1), map[string]string{probeLabel: "0"})
 		}
 		return nil
 	})
 	fmt.Printf("seeded %d nodes, %d pods, %d namespaces, %d GlobalNetworkPolicies, %d Kubernetes NetworkPolicies in %s\n",
 		s.nodes, total+1, s.namespaces, s.gnps+1, 5*s.namespaces, time.Since(t0).Round(time.Millisecond))
+}
+
+// ipam is a Calico IPAM client on the harness's store, as the CNI plugin
+// has.
+func (c *kddCluster) ipam() *ipam.Client { return ipam.New(c.store.IPAM(), c.store, nil) }
+
+// createPod allocates the pod's address, then creates the pod with it and
+// writes its status, as the CNI plugin and kubelet do. labels are added to
+// the usual ones.
+func (c *kddCluster) createPod(ctx context.Context, ipc *ipam.Client, ns, name, app string, node int, containerID string, labels map[string]string) error {
+	v4, _, err := ipc.AutoAssign(ctx, ipam.AutoAssignArgs{
+		Num4: 1, HandleID: "k8s-pod-network." + containerID, Node: nodeName(node),
+		Attrs: map[string]string{"namespace": ns, "pod": name},
+	})
+	if err != nil || len(v4) != 1 {
+		return fmt.Errorf("assign an address to pod %s/%s: %v (%v)", ns, name, err, v4)
+	}
+	p := k8sPod(ns, name, app, node, containerID, v4[0].Addr().String())
+	maps.Copy(p.Labels, labels)
+	cs := c.kc.Client
+	status := p.Status
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod %s/%s: %w", ns, name, err)
+	}
+	created.Status = status
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("pod %s/%s status: %w", ns, name, err)
+	}
+	return nil
 }
 
 // createCalico creates Calico resources given as projectcalico.org/v3 JSON
@@ -373,10 +395,8 @@ func k8sNode(i int) *corev1.Node {
 
 // k8sPod is a running pod of a Deployment as kubelet and Calico's CNI
 // plugin leave it.
-func k8sPod(ns, name, app string, node, j int) *corev1.Pod {
-	ip := podIP(node, j)
+func k8sPod(ns, name, app string, node int, containerID, ip string) *corev1.Pod {
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	containerID := fmt.Sprintf("%064x", node*1000+j+1)
 	cond := func(t corev1.PodConditionType) corev1.PodCondition {
 		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
 	}
@@ -399,7 +419,7 @@ func k8sPod(ns, name, app string, node, j int) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: ns,
-			Labels: map[string]string{"app": app, "pod-template-hash": "7d9f8b6c5", "tier": []string{"web", "api", "db"}[j%3], "version": "v1"},
+			Labels: map[string]string{"app": app, "pod-template-hash": "7d9f8b6c5", "tier": []string{"web", "api", "db"}[len(name)%3], "version": "v1"},
 			Annotations: map[string]string{
 				"cni.projectcalico.org/containerID": containerID,
 				"cni.projectcalico.org/podIP":       ip + "/32",

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
@@ -123,7 +124,8 @@ func (r scaleRun) report(b *testing.B) {
 	b.ReportMetric(ms(pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
 	b.ReportMetric(ms(pct(r.podAll, 0.5)), pre+"pod-p50-ms")
 	b.ReportMetric(ms(pct(r.podAll, 0.99)), pre+"pod-p99-ms")
-	b.ReportMetric(r.deliveredPerSec(), pre+"events/s")
+	b.ReportMetric(r.burst.deliveredPerSec(r.k), pre+"labels-changes*agents/s")
+	b.ReportMetric(r.churn.deliveredPerSec(r.k), pre+"churn-changes*agents/s")
 	b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
 }
 
@@ -177,8 +179,10 @@ func checkHarnessRun(t *testing.T, r scaleRun, p scaleParams, mode string) {
 	if len(r.gnpEach) != k*p.probes || len(r.podEach) != k*p.probes {
 		t.Errorf("%d/%d agent arrivals, want %d each", len(r.gnpEach), len(r.podEach), k*p.probes)
 	}
-	if r.burstAll <= 0 || r.updates < int64(k*(2*p.probes+p.burst)) {
-		t.Errorf("burst took %s, agents received %d updates: want every agent to see %d changes", r.burstAll, r.updates, 2*p.probes+p.burst)
+	// Per agent: the probes, the relabelled pods, and for each started
+	// pod at least its endpoint's creation and its block.
+	if r.burst.all <= 0 || r.churn.all <= 0 || r.updates < int64(k*(2*p.probes+p.burst+2*p.burst)) {
+		t.Errorf("bursts took %s and %s, agents received %d updates: want every agent to see at least %d", r.burst.all, r.churn.all, r.updates, 2*p.probes+3*p.burst)
 	}
 	if r.apiRSSAfter <= 0 || len(r.agentRSS) != 2 {
 		t.Errorf("API server RSS %d KiB, %d agent process RSS figures: want both measured", r.apiRSSAfter, len(r.agentRSS))
@@ -193,8 +197,11 @@ type scaleRun struct {
 	hubSync     time.Duration // fan-out: its start to in sync
 	hubRSS      int           // KiB, once the agents are in sync
 	hubStartCPU time.Duration // CPU while the agents started
-	hubBurstCPU time.Duration
-	hubSnapshot float64 // bytes the hub wrote per agent at start-up
+	hubSnapshot float64       // bytes the hub wrote per agent at start-up
+
+	// CPU of this test process, which runs the API server's etcd
+	// (kubetest's embedded etcd) and the harness, mostly idle meanwhile.
+	etcdStartCPU time.Duration
 
 	podListBytes float64 // mean size of the agents' pod LIST responses
 
@@ -219,27 +226,13 @@ type scaleRun struct {
 	gnpWrite         []time.Duration // the Update call itself
 	podWrite         []time.Duration
 
-	burst       int
-	burstWrite  time.Duration // writers done
-	burstAll    time.Duration // writers start to the last agent having every change
-	burstAPICPU time.Duration
-	burstAgents time.Duration // agents' CPU during the burst
-	burstEvents float64       // watch events the API server sent during the burst
-	updates     int64         // updates all agents received after their snapshots
-	warnings    int64         // warnings all agents logged (watch failures, relists)
-	terminated  float64       // watchers the API server closed for being too slow
+	burst, churn phase   // pods relabelled; pods started
+	updates      int64   // updates all agents received after their snapshots
+	warnings     int64   // warnings all agents logged (watch failures, relists)
+	terminated   float64 // watchers the API server closed for being too slow
 }
 
 func (r scaleRun) watchesPerAgent() float64 { return r.watches / float64(r.k) }
-
-// deliveredPerSec is the burst's changes times the agents that all received
-// them, over the time until the last one had them.
-func (r scaleRun) deliveredPerSec() float64 {
-	if r.burstAll <= 0 {
-		return 0
-	}
-	return float64(r.k*r.burst) / r.burstAll.Seconds()
-}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -277,6 +270,7 @@ func (r scaleRun) table() string {
 	row("per agent: connect → in sync", "%s", dist(r.syncEach))
 	row("API server CPU, start-up", "%.2f s (%.1f ms per agent)", r.startCPU.Seconds(), ms(r.startCPU)/float64(r.k))
 	row("agent CPU, start-up", "%.1f ms per agent", ms(r.agentsCPU)/float64(r.k))
+	row("etcd (+ harness) CPU, start-up", "%.2f s (%.1f ms per agent)", r.etcdStartCPU.Seconds(), ms(r.etcdStartCPU)/float64(r.k))
 	row("API server RSS", "%.0f MB before, %.0f MB with the agents (+%.1f MB, %.0f KB per agent)",
 		float64(r.apiRSSBefore)/1024, float64(r.apiRSSAfter)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/float64(r.k))
 	row("API server heap in use, goroutines", "%.0f MB before, %.0f MB with the agents; +%v goroutines (%.1f per watch)",
@@ -288,35 +282,41 @@ func (r scaleRun) table() string {
 	row("… → each agent", "%s", dist(r.gnpEach))
 	row("pod label change → all agents", "%s (%d changes; the write: %s)", dist(r.podAll), len(r.podAll), dist(r.podWrite))
 	row("… → each agent", "%s", dist(r.podEach))
-	row("burst: pods relabelled", "%d by %d writers, written in %.0f ms", r.burst, seedWorkers, ms(r.burstWrite))
-	row("burst → all agents have all", "%.0f ms: %.0f updates/s delivered (%d × %d)", ms(r.burstAll), r.deliveredPerSec(), r.k, r.burst)
-	row("watch events sent by the API server in the burst", "%v (%.0f/s)", r.burstEvents, r.burstEvents/max(r.burstAll.Seconds(), 1e-9))
-	row("API server CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.burstAPICPU.Seconds(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)))
-	row("agent CPU in the burst", "%.1f ms per agent (%.0f µs per update)", ms(r.burstAgents)/float64(r.k), float64(r.burstAgents.Microseconds())/float64(max(1, r.k*r.burst)))
+	for _, ph := range []struct {
+		name string
+		phase
+	}{{"labels: pods relabelled", r.burst}, {"churn: pods started (IPAM, create, status)", r.churn}} {
+		row(ph.name, "%d by %d writers in %.0f ms; all agents have all after %.0f ms: %.0f changes/s × agents",
+			ph.n, seedWorkers, ms(ph.write), ms(ph.all), ph.deliveredPerSec(r.k))
+		row("… updates the agents received, watch events the API server sent", "%d (%.1f per change per agent), %v", ph.updates,
+			float64(ph.updates)/float64(max(1, ph.n*r.k)), ph.events)
+		row("… CPU: API server, etcd (+ writers), fan-out", "%.2f s (%.1f µs per update received), %.2f s, %.2f s (%.1f µs per update received)",
+			ph.apiCPU.Seconds(), ph.perUpdate(ph.apiCPU), ph.etcd.Seconds(), ph.hub.Seconds(), ph.perUpdate(ph.hub))
+		row("… CPU: agents", "%.1f ms per agent (%.0f µs per update)", ms(ph.agents)/float64(r.k), ph.perUpdate(ph.agents))
+	}
 	row("updates received / warnings / watchers terminated", "%d / %d / %v", r.updates, r.warnings, r.terminated)
 	if r.mode == "fanout" {
 		row("fan-out process: start → in sync, RSS", "%.0f ms, %.1f MB once the agents are in sync", ms(r.hubSync), float64(r.hubRSS)/1024)
 		row("fan-out snapshot per agent", "%.1f MB", r.hubSnapshot/(1<<20))
 		row("fan-out CPU, agents' start-up", "%.2f s (%.1f ms per agent)", r.hubStartCPU.Seconds(), ms(r.hubStartCPU)/float64(r.k))
-		row("fan-out CPU in the burst", "%.2f s (%.1f µs per delivered update)", r.hubBurstCPU.Seconds(), float64(r.hubBurstCPU.Microseconds())/float64(max(1, r.k*r.burst)))
 	}
 	return sb.String()
 }
 
 func summaryTable(runs []scaleRun) string {
 	var sb strings.Builder
-	sb.WriteString("| K | mode | watches | sync all (ms) | API CPU start (s) | API RSS (MB) | agent RSS (MB) | idle API CPU | GNP→all p50/p99 (ms) | pod→all p50/p99 (ms) | burst updates/s | API µs/update | fan-out µs/update |\n")
+	sb.WriteString("| K | mode | watches | sync all (ms) | API CPU start (s) | agent RSS (MB) | GNP→all p50/p99 (ms) | pod→all p50/p99 (ms) | labels: changes/s × agents | API / fan-out µs per update | churn: changes/s × agents | API / fan-out µs per update |\n")
 	for _, r := range runs {
 		sum := 0
 		for _, v := range r.agentRSS {
 			sum += v
 		}
-		fmt.Fprintf(&sb, "| %d | %s | %v | %.0f | %.2f | %.0f | %.1f | %.3f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f | %.1f |\n",
-			r.k, r.mode, r.watches, ms(r.syncAll), r.startCPU.Seconds(), float64(r.apiRSSAfter)/1024,
-			float64(sum)/float64(max(1, len(r.agentRSS)))/1024, r.idleCPU,
+		fmt.Fprintf(&sb, "| %d | %s | %v | %.0f | %.2f | %.1f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f / %.1f | %.0f | %.1f / %.1f |\n",
+			r.k, r.mode, r.watches, ms(r.syncAll), r.startCPU.Seconds(),
+			float64(sum)/float64(max(1, len(r.agentRSS)))/1024,
 			ms(pct(r.gnpAll, 0.5)), ms(pct(r.gnpAll, 0.99)), ms(pct(r.podAll, 0.5)), ms(pct(r.podAll, 0.99)),
-			r.deliveredPerSec(), float64(r.burstAPICPU.Microseconds())/float64(max(1, r.k*r.burst)),
-			float64(r.hubBurstCPU.Microseconds())/float64(max(1, r.k*r.burst)))
+			r.burst.deliveredPerSec(r.k), r.burst.perUpdate(r.burst.apiCPU), r.burst.perUpdate(r.burst.hub),
+			r.churn.deliveredPerSec(r.k), r.churn.perUpdate(r.churn.apiCPU), r.churn.perUpdate(r.churn.hub))
 	}
 	return sb.String()
 }
@@ -326,7 +326,7 @@ func summaryTable(runs []scaleRun) string {
 func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) scaleRun {
 	tb.Helper()
 	ctx := context.Background()
-	r := scaleRun{k: k, burst: p.burst, mode: mode}
+	r := scaleRun{k: k, mode: mode}
 	apiPID := c.kc.APIServerPID
 	// The fleet's own share of the API server: watches, goroutines and
 	// memory counted from before the hub (if any) started; requests and CPU
@@ -354,13 +354,14 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) s
 		return mustCPU(tb, hubPID)
 	}
 	launch := c.scrape(tb)
-	cpu0, hub0 := mustCPU(tb, apiPID), hubCPU()
+	self := os.Getpid()
+	cpu0, hub0, etcd0 := mustCPU(tb, apiPID), hubCPU(), mustCPU(tb, self)
 	c.startAgents(tb, f, tokens, p.perProc)
 	r.procs = len(f.procs)
 	if !f.wait(5*time.Minute, func() bool { return len(f.synced) == k }) {
 		tb.Fatalf("%d of %d agents in sync after 5 minutes%s", len(f.synced), k, f.problems())
 	}
-	r.startCPU, r.hubStartCPU = mustCPU(tb, apiPID)-cpu0, hubCPU()-hub0
+	r.startCPU, r.hubStartCPU, r.etcdStartCPU = mustCPU(tb, apiPID)-cpu0, hubCPU()-hub0, mustCPU(tb, self)-etcd0
 	if f.hub != nil {
 		r.hubSnapshot = f.hubBytes(tb) / float64(k)
 	}
@@ -440,35 +441,102 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) s
 		r.podAll, r.podEach = append(r.podAll, all), append(r.podEach, each...)
 	}
 
-	// Throughput: p.burst pods relabelled by concurrent writers; every
-	// agent must receive every change.
-	c.gen++
-	id := "b" + strconv.Itoa(c.gen)
-	f.command(tb, fmt.Sprintf("burst %s %d", id, p.burst))
-	m0, api0, ag0, hb0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb), hubCPU()
-	t0 := time.Now()
-	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, burstLabel, id))
-	parallel(tb, p.burst, func(i int) error {
+	// Throughput, twice. Labels: p.burst pods relabelled by concurrent
+	// writers, one pod update each. Churn: p.burst pods started as on
+	// real nodes — an address from Calico IPAM (a block update), the pod
+	// created with it, its status written — the work behind every pod
+	// start. Every agent must receive every change.
+	r.burst = c.throughput(tb, f, k, p.burst, "b", hubCPU, func(id string, i int) error {
 		ns, name := c.podName(i)
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, burstLabel, id))
 		_, err := c.kc.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
-	r.burstWrite = time.Since(t0)
-	if !f.wait(5*time.Minute, func() bool { return len(f.bursts[id]) == k }) {
-		tb.Fatalf("%d of %d agents saw the whole burst%s", len(f.bursts[id]), k, f.problems())
-	}
-	for _, t := range f.bursts[id] {
-		r.burstAll = max(r.burstAll, t.Sub(t0))
-	}
-	r.burstAPICPU, r.burstAgents, r.hubBurstCPU = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0, hubCPU()-hb0
-	m1 := c.scrape(tb)
-	r.burstEvents = m1.sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
-	r.terminated = m1.sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
+	ipc := c.ipam()
+	var churned []string // namespace/name/containerID
+	var churnMu sync.Mutex
+	r.churn = c.throughput(tb, f, k, p.burst, "c", hubCPU, func(id string, i int) error {
+		ns, name := fmt.Sprintf("ns-%02d", i%c.shape.namespaces), fmt.Sprintf("churn-%s-%04d", id, i)
+		cid := fmt.Sprintf("%064x", 1<<40+c.gen*100_000+i)
+		churnMu.Lock()
+		churned = append(churned, ns+"/"+name+"/"+cid)
+		churnMu.Unlock()
+		return c.createPod(ctx, ipc, ns, name, fmt.Sprintf("app%d", i%20), i%c.shape.nodes, cid, map[string]string{burstLabel: id})
+	})
+	r.terminated = c.scrape(tb).sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
 	r.updates, r.warnings, r.agentHeap = f.stats(tb, k)
 	if r.warnings > 0 {
 		tb.Logf("agents logged %d warnings; the first process's log ends:\n%s", r.warnings, f.procs[0].stderr.Tail(20))
 	}
+
+	// The started pods go away after the fleet, so that the next fleet
+	// finds the cluster as seeded.
+	f.stop()
+	parallel(tb, len(churned), func(i int) error {
+		parts := strings.Split(churned[i], "/")
+		if err := c.kc.Client.CoreV1().Pods(parts[0]).Delete(ctx, parts[1], kubetest.ForceDelete()); err != nil {
+			return fmt.Errorf("delete pod %s/%s: %w", parts[0], parts[1], err)
+		}
+		return ipc.ReleaseByHandle(ctx, "k8s-pod-network."+parts[2])
+	})
 	return r
+}
+
+// phase is what one throughput measurement saw.
+type phase struct {
+	n       int           // changes written
+	write   time.Duration // the writers' time
+	all     time.Duration // writers' start to the last agent having all n
+	apiCPU  time.Duration
+	agents  time.Duration // all agents' CPU
+	hub     time.Duration
+	etcd    time.Duration // this process: the API server's etcd, the writers
+	events  float64       // watch events the API server sent
+	updates int64         // updates (resources and IPAM keys) the agents received
+}
+
+// throughput writes n changes (write(id, 0..n-1), on seedWorkers
+// goroutines), each of which gives every agent a WorkloadEndpoint labelled
+// burstLabel=id, and measures until every agent has all n.
+func (c *kddCluster) throughput(tb testing.TB, f *fleet, k, n int, prefix string, hubCPU func() time.Duration, write func(id string, i int) error) phase {
+	tb.Helper()
+	c.gen++
+	id := prefix + strconv.Itoa(c.gen)
+	apiPID, self := c.kc.APIServerPID, os.Getpid()
+	u0, _, _ := f.stats(tb, k)
+	f.command(tb, fmt.Sprintf("burst %s %d", id, n))
+	m0, api0, ag0, hb0, etcd0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb), hubCPU(), mustCPU(tb, self)
+	t0 := time.Now()
+	parallel(tb, n, func(i int) error { return write(id, i) })
+	ph := phase{n: n, write: time.Since(t0)}
+	if !f.wait(5*time.Minute, func() bool { return len(f.bursts[id]) == k }) {
+		tb.Fatalf("%d of %d agents had all %d changes of %s%s", len(f.bursts[id]), k, n, id, f.problems())
+	}
+	for _, t := range f.bursts[id] {
+		ph.all = max(ph.all, t.Sub(t0))
+	}
+	// What does not carry the label (a block, a pod's later status) may
+	// still be on its way: the figures include a second's grace.
+	time.Sleep(time.Second)
+	ph.apiCPU, ph.agents, ph.hub, ph.etcd = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0, hubCPU()-hb0, mustCPU(tb, self)-etcd0
+	ph.events = c.scrape(tb).sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
+	u1, _, _ := f.stats(tb, k)
+	ph.updates = u1 - u0
+	return ph
+}
+
+// deliveredPerSec is the changes times the agents that all received
+// them, over the time until the last one had them.
+func (ph phase) deliveredPerSec(k int) float64 {
+	if ph.all <= 0 {
+		return 0
+	}
+	return float64(k*ph.n) / ph.all.Seconds()
+}
+
+// perUpdate is d per update the agents received, in µs.
+func (ph phase) perUpdate(d time.Duration) float64 {
+	return float64(d.Microseconds()) / float64(max(1, ph.updates))
 }
 
 // settledWatches waits until every one of watchers more than at base
@@ -524,6 +592,8 @@ type fleet struct {
 	hubAddr   string
 	hubSynced [2]time.Time // start, in sync
 	hubSent   float64      // bytes, as last reported (-1: asked, not answered)
+
+	stopOnce sync.Once
 }
 
 type fleetProc struct {
@@ -777,8 +847,12 @@ func (f *fleet) cpu(tb testing.TB) time.Duration {
 }
 
 // stop closes every child's stdin (they return) and waits for them, the
-// hub last.
+// hub last. Stopping again does nothing.
 func (f *fleet) stop() {
+	f.stopOnce.Do(f.stopNow)
+}
+
+func (f *fleet) stopNow() {
 	for _, fp := range f.procs {
 		fp.stdin.Close()
 	}

@@ -27,7 +27,7 @@ const (
 
 // Remote is a Source that reads a Server instead of the datastore: a
 // Watcher over it holds one connection to the fan-out and no datastore
-// watches at all.
+// watches at all (and KV gives IPAM's watches the same).
 //
 // List connects and answers every kind from the server's snapshot; Watch
 // continues on that connection. When the connection breaks, Watch
@@ -64,30 +64,61 @@ type remoteConn struct {
 	rev      int64
 }
 
-type wireFrame struct {
-	Type    string       `json:"type"`
-	Version int          `json:"version"`
-	Updates []wireUpdate `json:"updates"`
+// wireFrame is a frame of either stream; U is T, a wireUpdate or a
+// wireKV.
+type wireFrame[T any] struct {
+	Type    string `json:"type"`
+	Version int    `json:"version"`
+	Rev     int64  `json:"rev"`
+	Message string `json:"message"`
+	Updates []T    `json:"updates"`
 }
 
-// connect dials and reads the snapshot.
-func (r *Remote) connect(ctx context.Context) (*remoteConn, error) {
-	conn, err := r.dial(ctx)
+// open dials, sends the request and reads the snapshot frame.
+func open[T any](ctx context.Context, dial func(context.Context) (net.Conn, error), req request) (net.Conn, *json.Decoder, *wireFrame[T], error) {
+	conn, err := dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect to confwatch server: %w", err)
+		return nil, nil, nil, fmt.Errorf("connect to confwatch server: %w", err)
 	}
-	rc := &remoteConn{conn: conn, dec: json.NewDecoder(bufio.NewReaderSize(conn, 64<<10))}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	var f wireFrame
-	if err := rc.read(&f, remoteSnapshotTimeout); err != nil {
+	line, _ := json.Marshal(req)
+	conn.SetWriteDeadline(time.Now().Add(requestTimeout))
+	if _, err := conn.Write(append(line, '\n')); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, nil, fmt.Errorf("confwatch server at %s: send request: %w", conn.RemoteAddr(), err)
+	}
+	dec := json.NewDecoder(bufio.NewReaderSize(conn, 64<<10))
+	var f wireFrame[T]
+	if err := readFrame(conn, dec, &f, remoteSnapshotTimeout); err != nil {
+		conn.Close()
+		return nil, nil, nil, err
 	}
 	if f.Type != "snapshot" || f.Version != wireVersion {
 		conn.Close()
-		return nil, fmt.Errorf("confwatch server at %s: first frame %q version %d, want a version %d snapshot", conn.RemoteAddr(), f.Type, f.Version, wireVersion)
+		if f.Type == "error" {
+			return nil, nil, nil, fmt.Errorf("confwatch server at %s: %s", conn.RemoteAddr(), f.Message)
+		}
+		return nil, nil, nil, fmt.Errorf("confwatch server at %s: first frame %q version %d, want a version %d snapshot", conn.RemoteAddr(), f.Type, f.Version, wireVersion)
 	}
+	return conn, dec, &f, nil
+}
+
+func readFrame[T any](conn net.Conn, dec *json.Decoder, f *wireFrame[T], timeout time.Duration) error {
+	conn.SetReadDeadline(time.Now().Add(timeout))
+	if err := dec.Decode(f); err != nil {
+		return fmt.Errorf("read from confwatch server at %s: %w", conn.RemoteAddr(), err)
+	}
+	return nil
+}
+
+// connect dials and reads the resources' snapshot.
+func (r *Remote) connect(ctx context.Context) (*remoteConn, error) {
+	conn, dec, f, err := open[wireUpdate](ctx, r.dial, request{Want: "resources"})
+	if err != nil {
+		return nil, err
+	}
+	rc := &remoteConn{conn: conn, dec: dec}
 	for _, u := range f.Updates {
 		obj, err := decodeObject(u)
 		if err != nil {
@@ -98,14 +129,6 @@ func (r *Remote) connect(ctx context.Context) (*remoteConn, error) {
 		rc.rev = max(rc.rev, revisionOf(obj))
 	}
 	return rc, nil
-}
-
-func (rc *remoteConn) read(f *wireFrame, timeout time.Duration) error {
-	rc.conn.SetReadDeadline(time.Now().Add(timeout))
-	if err := rc.dec.Decode(f); err != nil {
-		return fmt.Errorf("read from confwatch server at %s: %w", rc.conn.RemoteAddr(), err)
-	}
-	return nil
 }
 
 func decodeObject(u wireUpdate) (api.Object, error) {
@@ -223,8 +246,8 @@ func (r *Remote) stream(ctx context.Context, rc *remoteConn, want string, out ch
 	stop := context.AfterFunc(ctx, func() { rc.conn.Close() })
 	defer stop()
 	for {
-		var f wireFrame
-		if err := rc.read(&f, remoteReadTimeout); err != nil {
+		var f wireFrame[wireUpdate]
+		if err := readFrame(rc.conn, rc.dec, &f, remoteReadTimeout); err != nil {
 			return err
 		}
 		for _, u := range f.Updates {
@@ -256,3 +279,81 @@ func send(ctx context.Context, out chan<- datastore.Event, ev datastore.Event) b
 }
 
 var _ Source = (*Remote)(nil)
+
+// KV returns base with its Watch served by the server: an agent's IPAM
+// watches (BGP's, the overlay's) then hold no datastore watch either. Every
+// other method is base's: reads and writes go to the datastore.
+func (r *Remote) KV(base datastore.KV) datastore.KV { return remoteKV{KV: base, r: r} }
+
+type remoteKV struct {
+	datastore.KV
+	r *Remote
+}
+
+// Watch follows the keys under prefix through the server, with the KV
+// contract: a Reset first and after every reconnection, then Puts and
+// Deletes.
+func (k remoteKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
+	out := make(chan datastore.KVEvent, remoteBuffer)
+	go func() {
+		defer close(out)
+		backoff := backoffStart
+		for ctx.Err() == nil {
+			err := k.stream(ctx, prefix, out, func() { backoff = backoffStart })
+			if ctx.Err() != nil || !sendKV(ctx, out, datastore.KVEvent{Err: err}) {
+				return
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, backoffMax)
+		}
+	}()
+	return out
+}
+
+// stream connects, sends the Reset and the changes until the connection
+// fails or ctx ends.
+func (k remoteKV) stream(ctx context.Context, prefix string, out chan<- datastore.KVEvent, connected func()) error {
+	conn, dec, f, err := open[wireKV](ctx, k.r.dial, request{Want: "kv", Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	connected()
+	snap := make([]datastore.KeyValue, 0, len(f.Updates))
+	for _, u := range f.Updates {
+		snap = append(snap, datastore.KeyValue{Key: u.Key, Value: u.Value, Rev: u.Rev})
+	}
+	if !sendKV(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: snap, Rev: f.Rev}) {
+		return ctx.Err()
+	}
+	for {
+		var f wireFrame[wireKV]
+		if err := readFrame(conn, dec, &f, remoteReadTimeout); err != nil {
+			return err
+		}
+		for _, u := range f.Updates {
+			ev := datastore.KVEvent{Type: datastore.KVPut, KV: datastore.KeyValue{Key: u.Key, Value: u.Value, Rev: u.Rev}, Rev: u.Rev}
+			if u.Type == "delete" {
+				ev.Type = datastore.KVDelete
+			}
+			if !sendKV(ctx, out, ev) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+func sendKV(ctx context.Context, out chan<- datastore.KVEvent, ev datastore.KVEvent) bool {
+	select {
+	case out <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 type fanOut struct {
 	src  *fakeSource
 	hub  *Watcher
+	cfg  ServerConfig
 	addr string
 	stop func() // stops the server (not the hub)
 }
@@ -26,7 +29,7 @@ type fanOut struct {
 func startFanOut(t *testing.T, src *fakeSource, cfg ServerConfig, wrap func(net.Listener) net.Listener) *fanOut {
 	t.Helper()
 	hub, _ := start(t, src)
-	fo := &fanOut{src: src, hub: hub}
+	fo := &fanOut{src: src, hub: hub, cfg: cfg}
 	fo.serve(t, "127.0.0.1:0", cfg, wrap)
 	return fo
 }
@@ -202,9 +205,12 @@ func TestFanOutDropsSlowClient(t *testing.T) {
 	}
 	defer raw.Close()
 	raw.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := io.WriteString(raw, `{"want":"resources"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
 	rd := bufio.NewReader(raw)
 	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for _, want := range []string{`{"type":"snapshot","version":1,"updates":[]}`, `{"type":"ping"}`} {
+	for _, want := range []string{`{"type":"snapshot","version":1,"rev":0,"updates":[]}`, `{"type":"ping"}`} {
 		line, err := rd.ReadString('\n')
 		if err != nil || strings.TrimSpace(line) != want {
 			t.Fatalf("raw client read %q, %v; want %s", line, err, want)
@@ -227,5 +233,114 @@ func TestFanOutDropsSlowClient(t *testing.T) {
 	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, rd); err != nil {
 		t.Errorf("slow client: %v, want the server to have closed the connection", err)
+	}
+}
+
+// fakeKV is a KV whose Watch the test feeds; nothing else is used.
+type fakeKV struct {
+	datastore.KV // nil: any other method panics
+	events       chan datastore.KVEvent
+	prefix       string
+}
+
+func (f *fakeKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
+	f.prefix = prefix
+	return f.events
+}
+
+func kv(key string, rev int64) datastore.KeyValue {
+	return datastore.KeyValue{Key: key, Value: []byte(`{"rev":` + strconv.FormatInt(rev, 10) + `}`), Rev: rev}
+}
+
+func nextKV(t *testing.T, ch <-chan datastore.KVEvent) datastore.KVEvent {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no KV event within 5 s")
+		return datastore.KVEvent{}
+	}
+}
+
+func describe(ev datastore.KVEvent) string {
+	switch ev.Type {
+	case datastore.KVReset:
+		var keys []string
+		for _, kv := range ev.Snapshot {
+			keys = append(keys, kv.Key+"@"+strconv.FormatInt(kv.Rev, 10)+"="+string(kv.Value))
+		}
+		slices.Sort(keys)
+		return "reset " + strings.Join(keys, " ")
+	case datastore.KVPut:
+		return "put " + ev.KV.Key + "@" + strconv.FormatInt(ev.KV.Rev, 10) + "=" + string(ev.KV.Value)
+	case datastore.KVDelete:
+		return "delete " + ev.KV.Key
+	}
+	return fmt.Sprintf("error %v", ev.Err)
+}
+
+// An agent's KV watch through the fan-out gets the KV contract: a Reset of
+// the keys under its prefix, then only their changes; an upstream Reset
+// arrives as the difference; a lost connection ends in a fresh Reset.
+func TestFanOutServesKV(t *testing.T) {
+	const (
+		blocks = "/calico/ipam/v2/assignment/"
+		a, b   = blocks + "ipv4/block/10.0.0.0-26", blocks + "ipv4/block/10.0.0.64-26"
+		c      = blocks + "ipv4/block/10.0.0.128-26"
+		x, y   = "/calico/ipam/v2/host/n1/ipv4/block/10.0.0.0-26", "/calico/ipam/v2/host/n2/ipv4/block/10.0.0.64-26"
+	)
+	upstream := &fakeKV{events: make(chan datastore.KVEvent, 10)}
+	fo := startFanOut(t, newFake(), ServerConfig{KV: upstream, KVPrefix: "/calico/ipam/v2/"}, nil)
+	upstream.events <- datastore.KVEvent{Type: datastore.KVReset, Snapshot: []datastore.KeyValue{kv(a, 5), kv(x, 6)}, Rev: 6}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agentKV := NewRemote(fo.dial, quiet()).KV(nil)
+	evs := agentKV.Watch(ctx, blocks)
+	step := func(want string) {
+		t.Helper()
+		if got := describe(nextKV(t, evs)); got != want {
+			t.Errorf("got %s\nwant %s", got, want)
+		}
+	}
+	step(`reset ` + a + `@5={"rev":5}`)
+	upstream.events <- datastore.KVEvent{Type: datastore.KVPut, KV: kv(b, 7), Rev: 7}
+	upstream.events <- datastore.KVEvent{Type: datastore.KVPut, KV: kv(y, 8), Rev: 8} // not under the prefix
+	upstream.events <- datastore.KVEvent{Type: datastore.KVDelete, KV: kv(a, 5), Rev: 9}
+	step(`put ` + b + `@7={"rev":7}`)
+	step(`delete ` + a)
+	upstream.events <- datastore.KVEvent{Type: datastore.KVReset, Snapshot: []datastore.KeyValue{kv(b, 10), kv(c, 11), kv(x, 6), kv(y, 8)}, Rev: 11}
+	got := []string{describe(nextKV(t, evs)), describe(nextKV(t, evs))}
+	slices.Sort(got)
+	want := []string{`put ` + b + `@10={"rev":10}`, `put ` + c + `@11={"rev":11}`}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("after an upstream reset: %v, want %v", got, want)
+	}
+
+	addr := fo.addr
+	fo.stop()
+	if ev := nextKV(t, evs); ev.Err == nil {
+		t.Errorf("server gone: got %s, want an error event", describe(ev))
+	}
+	fo.serve(t, addr, fo.cfg, nil) // the same KV: the new server's watch starts with its state
+	upstream.events <- datastore.KVEvent{Type: datastore.KVReset, Snapshot: []datastore.KeyValue{kv(b, 10), kv(c, 11), kv(x, 6)}, Rev: 12}
+	for {
+		ev := nextKV(t, evs)
+		if ev.Err != nil {
+			continue // reconnect attempts before the server was back
+		}
+		want := `reset ` + c + `@11={"rev":11} ` + b + `@10={"rev":10}` // sorted keys
+		if got := describe(ev); got != want {
+			t.Errorf("after reconnecting: %s, want %s", got, want)
+		}
+		break
+	}
+
+	// A prefix the server does not serve is refused with a reason.
+	other := NewRemote(fo.dial, quiet()).KV(nil).Watch(ctx, "/calico/resources/")
+	if ev := nextKV(t, other); ev.Err == nil || !strings.Contains(ev.Err.Error(), "/calico/ipam/v2/") {
+		t.Errorf("watch of another prefix: %s, want an error naming the served prefix", describe(ev))
 	}
 }
