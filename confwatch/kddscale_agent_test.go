@@ -3,6 +3,7 @@ package confwatch
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -142,7 +143,7 @@ func hubProcessMain() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Logger: logger, Kube: datastore.KubeConfig{
+	store, err := connectKDD(ctx, datastore.Config{Type: datastore.TypeKubernetes, Logger: logger, Kube: datastore.KubeConfig{
 		APIEndpoint: os.Getenv(agentAPIEnv), CAFile: os.Getenv(agentCAEnv), Token: os.Getenv(agentTokensEnv),
 	}})
 	if err != nil {
@@ -176,6 +177,27 @@ func hubProcessMain() int {
 	return 0
 }
 
+// connectKDD retries kdd.New until the API server answers, as
+// `calico-node run` does at start: a hundred agents starting at once on
+// two cores can miss its first deadline. Configuration errors end it.
+func connectKDD(ctx context.Context, cfg datastore.Config) (*kdd.Store, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		store, err := kdd.New(ctx, cfg)
+		var cfgErr *datastore.ConfigError
+		if err == nil || errors.As(err, &cfgErr) || ctx.Err() != nil {
+			return store, err
+		}
+		cfg.Logger.Warn("Kubernetes API not reachable, retrying", "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 // simAgent is one simulated calico-node: its own kdd.Store (HTTP
 // connection, watches) and confwatch.Watcher.
 type simAgent struct {
@@ -203,7 +225,7 @@ func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
 	}).With("agent", a.id)
 	cfg.Logger = logger
 	start := time.Now()
-	store, err := kdd.New(ctx, cfg)
+	store, err := connectKDD(ctx, cfg)
 	if err != nil {
 		a.out.printf("error %d %s", a.id, strings.ReplaceAll(err.Error(), "\n", " "))
 		return
