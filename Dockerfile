@@ -1,5 +1,7 @@
 # Multi-stage build of the single calico-node image. The final image holds
 # the one binary plus the kernel tools the dataplane shells out to.
+# `make image` assembles the same image without Docker or a registry
+# (internal/ociimage): keep the two in step.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

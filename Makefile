@@ -1,10 +1,12 @@
 # calico-node: one binary for Calico networking, policy, BGP, CNI and CLI.
 #
 #   make demo    build, then bring up a 3-node cluster in network namespaces
-#                and show BGP, IPAM and policy at work (make demo-down removes it)
+#                and show BGP, IPAM and policy at work (make demo-down removes it);
+#                make demo-kdd: the same on the Kubernetes datastore (a real kube-apiserver)
 #   make run     build and run a single node with the embedded etcd
 #   make test    install test prerequisites, build, run every test
 #   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links
+#   make image   build the container image as an OCI archive, bin/calico-node-image.tar
 
 GO       ?= go
 BIN      := bin
@@ -17,23 +19,38 @@ GOTAGS   := urfave_cli_no_docs
 TESTFLAGS ?=
 # Run-time flags for `make run`; override e.g. RUN_ARGS="--etcd-endpoints=http://127.0.0.1:2379".
 RUN_ARGS ?=
-# Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379".
+# Flags for `make demo`/`make demo-down`, e.g. DEMO_ARGS="--etcd-port=22379",
+# DEMO_ARGS=--datastore=kubernetes (what `make demo-kdd` runs).
 DEMO_ARGS ?=
+# The demo on the Kubernetes datastore runs the kube-apiserver and kubectl
+# that kube-bins caches.
+DEMO_KDD = $(findstring kubernetes,$(DEMO_ARGS))
 
-.PHONY: all build test unit deps kube-bins run demo demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane bench-kdd-scale clean
+.PHONY: all build image test unit deps kube-bins run demo demo-kdd demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane bench-kdd-scale clean
 
 all: build
 
+# CGO_ENABLED=0, as in the Dockerfile: a static binary, which install-cni
+# copies onto nodes of any libc as the CNI plugin.
 build:
-	$(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
 	ln -sf calico-node $(BIN)/calico
 	ln -sf calico-node $(BIN)/calico-ipam
 	ln -sf calico-node $(BIN)/calicoctl
 
+# The Dockerfile's image without Docker or a registry (package
+# internal/ociimage): bin/calico-node over Debian's iptables, ipset and
+# iproute2 (from this host's apt sources, cached in ~/.cache/calico-node/image),
+# as an OCI archive named $(IMAGE). On a node:
+#   ctr -n k8s.io images import bin/calico-node-image.tar
+IMAGE ?= localhost:5000/calico-node:dev
+image: build
+	$(GO) run ./internal/ociimage/mkimage -binary $(BINARY) -o $(BIN)/calico-node-image.tar -name $(IMAGE) -version $(VERSION)
+
 deps:
 	./scripts/deps.sh
 
-# kube-apiserver, kube-controller-manager, kubectl and kubelet for the tests that
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kubelet for the tests that
 # need a real control plane (package internal/testkit/kubetest), built from the Go module
 # proxy once into ~/.cache/calico-node/kube-bin (CALICO_KUBE_BIN_DIR);
 # several minutes cold, nothing when cached. CALICO_KUBE_TESTS=skip skips.
@@ -101,9 +118,20 @@ demo-bin:
 # Three nodes in network namespaces, each running `calico-node run`, pods
 # made by the CNI plugin, BGP/IPAM/connectivity shown before and after
 # policy; left running. State in /run/calico-demo; `make demo-down` removes
-# every namespace, process and file it created.
+# every namespace, process and file it created. With
+# DEMO_ARGS=--datastore=kubernetes Calico's data lives in a real
+# kube-apiserver (built once by kube-bins; the demo gets its directory).
 demo: need-root deps build demo-bin
-	$(BIN)/calico-demo up $(DEMO_ARGS)
+	@set -e; kube=; \
+	if [ -n "$(DEMO_KDD)" ]; then \
+		bins=$$($(GO) run ./internal/testkit/kubetest/kubebins); \
+		kube="--kube-bin-dir=$$(dirname "$$(echo "$$bins" | head -n1)")"; \
+	fi; \
+	echo $(BIN)/calico-demo up $$kube $(DEMO_ARGS); \
+	$(BIN)/calico-demo up $$kube $(DEMO_ARGS)
+
+demo-kdd:
+	$(MAKE) demo DEMO_ARGS="--datastore=kubernetes $(DEMO_ARGS)"
 
 demo-down: need-root demo-bin
 	$(BIN)/calico-demo down $(DEMO_ARGS)

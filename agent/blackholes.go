@@ -16,6 +16,10 @@ import (
 // default route back out (a routing loop between nodes). Local pods' /32s
 // are more specific and win.
 type Blackholes struct {
+	// Gate, if set, holds the blackholes as they are while it is closed
+	// (the datastore is locked). Set before Run.
+	Gate Gate
+
 	node   string
 	blocks BlockWatch
 	sink   RouteSink
@@ -34,6 +38,9 @@ func NewBlackholes(node string, blocks BlockWatch, sink RouteSink, logger *slog.
 // Run publishes the blackhole set after every change of block affinity.
 func (b *Blackholes) Run(ctx context.Context) error {
 	blocks := b.blocks(ctx)
+	open, gateC := gateState(b.Gate)
+	var latest map[netip.Prefix]string
+	have := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -42,10 +49,16 @@ func (b *Blackholes) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			rs := BlackholeRoutes(b.node, snap.Affinity)
-			b.log.Debug("own blocks", "count", len(rs))
-			b.sink.Set(routes.SourceBlackhole, rs)
+			latest, have = snap.Affinity, true
+		case <-gateC:
+			open, gateC = gateState(b.Gate)
 		}
+		if !have || !open {
+			continue
+		}
+		rs := BlackholeRoutes(b.node, latest)
+		b.log.Debug("own blocks", "count", len(rs))
+		b.sink.Set(routes.SourceBlackhole, rs)
 	}
 }
 

@@ -17,6 +17,14 @@
 //	confwatch ──FelixConfiguration──► FelixConfig ──logSeverityScreen──► slog.LevelVar
 //	                                             └──routeRefreshInterval──► routetable.Table, Endpoints
 //
+// DatastoreReady follows ClusterInformation's datastoreReady (the flag
+// `calicoctl datastore migrate lock` clears) and is the Gate of the
+// dataplane actors (Endpoints, Blackholes, Policy and agent/overlay):
+// while it is closed they keep consuming updates but program nothing, so
+// the kernel keeps what they last programmed, as under Felix, which waits
+// for the flag before touching the dataplane; when it opens they program
+// the current state in full.
+//
 // FelixConfiguration is merged in one place (FelixSpec: default, then
 // node.<name>, then the FELIX_* environment, field by field); FelixConfig
 // and Policy both read their settings from that merge.

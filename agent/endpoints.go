@@ -30,6 +30,10 @@ type Subscriber interface {
 // Endpoints owns the per-workload kernel state on this node: the host
 // route to each local WorkloadEndpoint and its host veth's sysctls.
 type Endpoints struct {
+	// Gate, if set, holds the routes and sysctls as they are while it is
+	// closed (the datastore is locked). Set before Run.
+	Gate Gate
+
 	node    string
 	watch   Subscriber
 	sink    RouteSink
@@ -74,6 +78,7 @@ func (e *Endpoints) Run(ctx context.Context) error {
 	tickC := e.refresh.Start()
 	defer e.refresh.Stop()
 	synced := false
+	open, gateC := gateState(e.Gate)
 	missingBackoff := time.Duration(0)
 	for {
 		var missing <-chan time.Time
@@ -97,8 +102,11 @@ func (e *Endpoints) Run(ctx context.Context) error {
 			// stick, and a recreated veth gets its settings back.
 			clear(e.applied)
 		case <-missing:
+		case <-gateC:
+			open, gateC = gateState(e.Gate)
+			clear(e.applied) // reopened: assert everything again
 		}
-		if !synced {
+		if !synced || !open {
 			continue
 		}
 		e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), e.log))

@@ -42,6 +42,9 @@ type Policy struct {
 	// Overrides are FelixConfiguration settings from the environment
 	// (FELIX_*); they outrank the datastore's, as in Felix. Set before Run.
 	Overrides *api.FelixConfigurationSpec
+	// Gate, if set, holds iptables and ipsets as they are while it is
+	// closed (the datastore is locked). Set before Run.
+	Gate Gate
 
 	node    string
 	watch   Subscriber
@@ -107,6 +110,7 @@ func (p *Policy) Run(ctx context.Context) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	synced, dirty := false, false
+	open, gateC := gateState(p.Gate)
 	backoff := time.Duration(0)
 	for {
 		var retry <-chan time.Time
@@ -140,8 +144,15 @@ func (p *Policy) Run(ctx context.Context) error {
 			p.invalidate()
 			dirty = synced
 		case <-retry:
+		case <-gateC:
+			open, gateC = gateState(p.Gate)
+			if open {
+				// Reopened: read the kernel back and program in full.
+				p.invalidate()
+				dirty = synced
+			}
 		}
-		if !dirty {
+		if !dirty || !open {
 			continue
 		}
 		if err := p.program(ctx); err != nil {

@@ -385,11 +385,36 @@ func testIPAMGC(t *testing.T, e *env) {
 	// The leak: no pod, no endpoint.
 	leaked := e.allocate(t, "calico-c", "k8s-pod-network.leaked", "gc", "leaked")
 
-	start := time.Now()
+	// While a migration has the datastore locked nothing is released, for
+	// longer than the grace period; the grace period starts again at the
+	// unlock.
+	locked, unlocked := false, true
+	ci := &api.ClusterInformation{}
+	ci.Kind, ci.APIVersion, ci.Name = "ClusterInformation", api.GroupVersion, "default"
+	ci.Spec.ClusterGUID, ci.Spec.DatastoreReady = "0123456789abcdef0123456789abcdef", &locked
+	e.create(t, ci)
 	e.create(t, kcc)
+	time.Sleep(3 * time.Second)
+	if _, err := e.ipam.Lookup(e.ctx, leaked); err != nil {
+		t.Fatalf("leaked address %s released while the datastore was locked: %v", leaked, err)
+	}
+	if !strings.Contains(e.logs.String(), "datastore is locked, skipping IPAM garbage collection") {
+		t.Errorf("the locked datastore was not logged:\n%s", e.logs.String())
+	}
+	o, err := e.store.Get(e.ctx, "ClusterInformation", "", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci = o.(*api.ClusterInformation)
+	ci.Spec.DatastoreReady = &unlocked
+	if _, err := e.store.Update(e.ctx, ci); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
 	eventually(t, deadline, e.released(leaked))
 	if d := time.Since(start); d < 2*time.Second {
-		t.Errorf("leak released after %s, before the 2s grace period", d)
+		t.Errorf("leak released %s after the unlock, before the 2s grace period", d)
 	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "released leaked IP address") || !strings.Contains(logs, "ip="+leaked.String()) || !strings.Contains(logs, "pod=gc/leaked") {

@@ -36,6 +36,9 @@
 //     its handle and sequence number, and only if every address of its
 //     handle is a confirmed leak. Allocations without pod attributes are
 //     never released. Each release is logged with the pod it belonged to.
+//     While the datastore is locked for a migration (ClusterInformation
+//     datastoreReady false) nothing is collected and the grace period
+//     starts again at the unlock, as Calico's IPAM controller waits.
 //
 // # On the Kubernetes datastore
 //

@@ -27,4 +27,14 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# `make image` and its test take Debian's iptables, ipset and iproute2 from
+# apt's package lists (internal/ociimage): make sure there are lists.
+if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+  else
+    echo "no apt package lists: run apt-get update as root (make image needs them)" >&2
+  fi
+fi
+
 go mod download

@@ -24,9 +24,9 @@ import (
 func Kinds() []string { return []string{"Node", "IPPool", "FelixConfiguration"} }
 
 // Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
-// implements it.
+// implements it. The channel closes when ctx ends.
 type Updates interface {
-	Next(ctx context.Context) ([]confwatch.Update, error)
+	Updates(ctx context.Context) <-chan []confwatch.Update
 }
 
 // RouteSink takes the complete set of routes a source wants in the kernel;
@@ -80,6 +80,16 @@ type Deps struct {
 	Routes RouteSink
 	// Health, if set, gets the actor's readiness.
 	Health Reporter
+	// Gate, if set, pauses the actor while it is closed (the datastore is
+	// locked for a migration): no tunnel address is allocated and the
+	// kernel keeps what was programmed; reopening reconciles in full.
+	Gate Gate
+}
+
+// Gate says whether the actor may work; changed is closed at the next
+// change. *agent.DatastoreReady implements it.
+type Gate interface {
+	State() (open bool, changed <-chan struct{})
 }
 
 // Overlay is the VXLAN / IP-in-IP actor.
@@ -125,21 +135,7 @@ func New(cfg Config, deps Deps) *Overlay {
 func (o *Overlay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	updates := make(chan []confwatch.Update)
-	go func() {
-		defer close(updates)
-		for {
-			ups, err := o.deps.Updates.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case updates <- ups:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	updates := o.deps.Updates.Updates(ctx)
 	blocks := o.deps.Blocks(ctx)
 	o.report(false, "waiting for datastore sync")
 
@@ -151,7 +147,12 @@ func (o *Overlay) Run(ctx context.Context) error {
 		kernelDirty          = true
 		backoff              time.Duration
 		retry                <-chan time.Time
+		open                 = true
+		gateC                <-chan struct{}
 	)
+	if o.deps.Gate != nil {
+		open, gateC = o.deps.Gate.State()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,6 +175,16 @@ func (o *Overlay) Run(ctx context.Context) error {
 			allocDirty, kernelDirty = true, true
 		case <-retry:
 			retry = nil
+		case <-gateC:
+			open, gateC = o.deps.Gate.State()
+			allocDirty, kernelDirty = true, true
+		}
+		if !open {
+			// Ready, as Felix reports itself while it waits for the
+			// datastore: a paused node is not a failed one, and a
+			// rollout during a migration must be able to proceed.
+			o.report(true, "paused: the datastore is locked (ClusterInformation datastoreReady false)")
+			continue
 		}
 		if !haveConf || !haveBlocks || retry != nil || (!allocDirty && !kernelDirty) {
 			continue

@@ -24,8 +24,10 @@
 //     are gone.
 //   - Unchanged desired state means no write at all: an agent restart
 //     changes nothing in the kernel and drops no packet.
-//   - iptables-nft and iptables-legacy are both supported; Detect picks the
-//     one the host's `iptables` uses. `--wait` makes every call respect the
+//   - iptables-nft and iptables-legacy are both supported; DetectMode
+//     picks the one the host's other users (kubelet, kube-proxy) program,
+//     also from inside a container whose own `iptables` defaults to the
+//     other; Detect reads `iptables --version` only. `--wait` makes every call respect the
 //     xtables lock other tools hold.
 //
 // Thread safety: a Programmer is used by one goroutine (the policy actor).

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -27,15 +28,33 @@ type demoRun struct {
 	stateDir string
 	prefix   string
 	port     int
+	// args are the datastore's flags of up (none: etcd).
+	args []string
+	// apiPort is the API server's port on the Kubernetes datastore,
+	// kubeBinDir where its binaries are.
+	apiPort    int
+	kubeBinDir string
 }
 
-func newDemoRun(t *testing.T) *demoRun {
+func newDemoRun(t *testing.T, datastore string) *demoRun {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end demo")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("the demo needs root (network namespaces)")
+	}
+	var kubeBins kubetest.Binaries
+	if datastore == datastoreKube {
+		if os.Getenv("CALICO_KUBE_TESTS") == "skip" {
+			t.Skip("CALICO_KUBE_TESTS=skip: not running kube-apiserver")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+		defer cancel()
+		var err error
+		if kubeBins, err = kubetest.EnsureBinaries(ctx, os.Stderr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(t.TempDir(), "calico-demo")
@@ -49,6 +68,14 @@ func newDemoRun(t *testing.T) *demoRun {
 		stateDir: filepath.Join(t.TempDir(), "state"),
 		prefix:   fmt.Sprintf("cdt%d", os.Getpid()%100000),
 		port:     freePortPair(t),
+	}
+	if datastore == datastoreKube {
+		// Its own namespaces, should the two tests ever run at once.
+		d.prefix = fmt.Sprintf("cdk%d", os.Getpid()%100000)
+		d.apiPort = freePortPair(t)
+		d.kubeBinDir = filepath.Dir(kubeBins.APIServer)
+		d.args = []string{"--datastore", datastoreKube, "--kube-bin-dir", d.kubeBinDir,
+			"--apiserver-port", strconv.Itoa(d.apiPort), "--crds", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")}
 	}
 	// Whatever happens, nothing may stay behind.
 	t.Cleanup(func() { d.run("down") })
@@ -88,13 +115,19 @@ func (d *demoRun) up() (*results, string) {
 	d.t.Helper()
 	resFile := filepath.Join(d.t.TempDir(), "results.json")
 	start := time.Now()
-	out, err := d.run("up", "--results", resFile)
+	out, err := d.run("up", append([]string{"--results", resFile}, d.args...)...)
 	if err != nil {
+		d.dumpLogs()
 		d.t.Fatalf("calico-demo up: %v\n%s", err, out)
 	}
 	d.t.Logf("calico-demo up took %s", time.Since(start).Round(100*time.Millisecond))
-	if took := time.Since(start); took > time.Minute {
-		d.t.Errorf("calico-demo up took %s, want under a minute", took)
+	// The Kubernetes datastore starts an API server and installs CRDs first.
+	budget := time.Minute
+	if d.apiPort != 0 {
+		budget = 2 * time.Minute
+	}
+	if took := time.Since(start); took > budget {
+		d.t.Errorf("calico-demo up took %s, want under %s", took, budget)
 	}
 	data, err := os.ReadFile(resFile)
 	if err != nil {
@@ -107,6 +140,30 @@ func (d *demoRun) up() (*results, string) {
 	return &r, out
 }
 
+// dumpLogs shows the end of every log the demo wrote.
+func (d *demoRun) dumpLogs() { dumpLogs(d.t, d.stateDir) }
+
+// dumpLogs shows the end of every log under stateDir/logs.
+func dumpLogs(t testing.TB, stateDir string) {
+	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		t.Logf("--- %s (last lines)\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+	}
+}
+
+// ctlEnv is the environment that points calicoctl at the demo's datastore.
+func (d *demoRun) ctlEnv() []string {
+	if d.apiPort != 0 {
+		return []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + filepath.Join(d.stateDir, "kubeconfig")}
+	}
+	return []string{"ETCD_ENDPOINTS=http://127.0.0.1:" + strconv.Itoa(d.port)}
+}
+
 // tcp connects from a pod namespace with bash's /dev/tcp (independent of
 // the demo's own probe) and returns what the listener answered.
 func tcp(netns, ip string) (string, error) {
@@ -115,11 +172,11 @@ func tcp(netns, ip string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// TestDemo runs the demo as a user would, twice in a row, checks what it
-// showed against the expected BGP mesh and policy outcome, probes the
-// running cluster itself, then checks `down` leaves nothing behind.
+// TestDemo runs the demo on etcd as a user would, twice in a row, checks
+// what it showed against the expected BGP mesh and policy outcome, probes
+// the running cluster itself, then checks `down` leaves nothing behind.
 func TestDemo(t *testing.T) {
-	d := newDemoRun(t)
+	d := newDemoRun(t, datastoreEtcd)
 	first, _ := d.up()
 	r, out := d.up() // a second run replaces the first
 
@@ -128,10 +185,77 @@ func TestDemo(t *testing.T) {
 			t.Errorf("process %s (pid %d) of the first run survived the second", p.Name, p.PID)
 		}
 	}
-	for _, want := range []string{"[11/11]", "Established", "IPv4 BGP status", "198.51.100.0/24", "Successfully applied 1 'NetworkPolicy'", "make demo-down"} {
+	checkDemo(t, d, r, out, []string{"[11/11]", "Successfully applied 1 'NetworkPolicy'"})
+	checkDown(t, d, r)
+}
+
+// TestDemoKDD runs the demo on the Kubernetes datastore (`make demo-kdd`):
+// a real kube-apiserver holds Calico's data; the same three-node BGP mesh
+// and the same connectivity before and after the Kubernetes
+// NetworkPolicy (a networking.k8s.io object) and the GlobalNetworkPolicy
+// (a custom resource); `down` also stops the API server and its etcd.
+func TestDemoKDD(t *testing.T) {
+	d := newDemoRun(t, datastoreKube)
+	r, out := d.up()
+	if r.Datastore != datastoreKube {
+		t.Errorf("the demo ran on %q", r.Datastore)
+	}
+	checkDemo(t, d, r, out, []string{"[13/13]", "networkpolicy.networking.k8s.io/backend-same-namespace-only created",
+		"Successfully applied 1 'GlobalNetworkPolicy'", "node--1-k8s-pod--1-eth0", "DATASTORE_TYPE=kubernetes"})
+
+	t.Run("Calico's data in the Kubernetes API", func(t *testing.T) {
+		kubectl := func(args ...string) string {
+			t.Helper()
+			cmd := exec.Command(filepath.Join(d.kubeBinDir, "kubectl"), append([]string{"--kubeconfig", filepath.Join(d.stateDir, "kubeconfig"),
+				"--cache-dir", filepath.Join(t.TempDir(), "cache")}, args...)...)
+			b, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+			}
+			return string(b)
+		}
+		// The agents registered on the Kubernetes Nodes.
+		for i := 1; i <= nodeCount; i++ {
+			got := kubectl("get", "node", nodeName(i), "-o", "jsonpath={.metadata.annotations.projectcalico\\.org/IPv4Address}")
+			if got != nodeAddr(i)+"/24" {
+				t.Errorf("Node %s annotation projectcalico.org/IPv4Address %q, want %s/24", nodeName(i), got, nodeAddr(i))
+			}
+		}
+		// The CNI plugin wrote each pod's address on it.
+		for _, p := range r.Pods {
+			k8sNS, name, _ := strings.Cut(p.Name, "/")
+			got := kubectl("get", "pod", "-n", k8sNS, name, "-o", "jsonpath={.metadata.annotations.cni\\.projectcalico\\.org/podIP}")
+			if got != p.IP+"/32" {
+				t.Errorf("pod %s annotation cni.projectcalico.org/podIP %q, want %s/32", p.Name, got, p.IP)
+			}
+		}
+		// IPAM is custom resources: one block per node, affine to it.
+		affs := kubectl("get", "blockaffinities.crd.projectcalico.org", "-o", "jsonpath={range .items[*]}{.spec.node} {.spec.state}{\"\\n\"}{end}")
+		for i := 1; i <= nodeCount; i++ {
+			if !strings.Contains(affs, nodeName(i)+" confirmed") {
+				t.Errorf("no confirmed block affinity of %s:\n%s", nodeName(i), affs)
+			}
+		}
+		if got := kubectl("get", "ipamblocks.crd.projectcalico.org", "-o", "name"); strings.Count(got, "\n") != nodeCount {
+			t.Errorf("IPAM blocks:\n%s\nwant %d", got, nodeCount)
+		}
+		if got := kubectl("get", "globalnetworkpolicies.crd.projectcalico.org", "-o", "name"); !strings.Contains(got, "frontend-from-frontend-only") {
+			t.Errorf("GlobalNetworkPolicy custom resources: %s", got)
+		}
+	})
+	checkDown(t, d, r)
+}
+
+// checkDemo checks what a demo run showed and what its running cluster
+// does.
+func checkDemo(t *testing.T, d *demoRun, r *results, out string, more []string) {
+	for _, want := range append([]string{"Established", "IPv4 BGP status", "198.51.100.0/24", "make demo-down"}, more...) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
 	}
 
 	t.Run("BGP full mesh", func(t *testing.T) {
@@ -183,12 +307,16 @@ func TestDemo(t *testing.T) {
 			t.Errorf("frontend/pod-1 -> backend/pod-2 connected (%q) despite the NetworkPolicy", got)
 		}
 		ctl := exec.Command(filepath.Join(d.binDir, "calicoctl"), "get", "networkpolicy", "knp.default.backend-same-namespace-only", "-n", "backend", "-o", "yaml")
-		ctl.Env = []string{"ETCD_ENDPOINTS=http://127.0.0.1:" + strconv.Itoa(d.port)}
+		ctl.Env = d.ctlEnv()
 		if b, err := ctl.CombinedOutput(); err != nil || !strings.Contains(string(b), "projectcalico.org/orchestrator == 'k8s'") {
 			t.Errorf("the converted Kubernetes policy: %v\n%s", err, b)
 		}
 	})
 
+}
+
+// checkDown takes the demo down and checks nothing of it is left.
+func checkDown(t *testing.T, d *demoRun, r *results) {
 	out, err := d.run("down")
 	if err != nil {
 		t.Fatalf("calico-demo down: %v\n%s", err, out)
@@ -217,10 +345,16 @@ func TestDemo(t *testing.T) {
 		if _, err := os.Stat(d.stateDir); !os.IsNotExist(err) {
 			t.Errorf("state dir %s left (%v)", d.stateDir, err)
 		}
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(d.port)); err != nil {
-			t.Errorf("etcd port still in use: %v", err)
-		} else {
-			l.Close()
+		ports := []int{d.port}
+		if d.apiPort != 0 {
+			ports = append(ports, d.apiPort)
+		}
+		for _, p := range ports {
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err != nil {
+				t.Errorf("port %d (etcd or kube-apiserver) still in use: %v", p, err)
+			} else {
+				l.Close()
+			}
 		}
 		if out, err := d.run("down"); err != nil || !strings.Contains(out, "no demo to remove") {
 			t.Errorf("a second down: %v: %s", err, out)

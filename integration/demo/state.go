@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 )
 
 // state is the record of what the demo created, written to
@@ -40,12 +42,8 @@ func (s *state) save() error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("write state: %w", err)
+	if err := atomicfile.WriteFile(s.path, data, 0o600); err != nil {
+		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
 }
@@ -112,28 +110,23 @@ func down(o options, out io.Writer) error {
 	}
 	var errs []error
 
-	// Listeners and agents first, etcd last: agents then stop cleanly.
+	// Listeners, agents and the relay first, then the API server, etcd
+	// last: each stops while what it talks to still answers, so agents
+	// stop cleanly and kube-apiserver's graceful shutdown does not wait
+	// on a gone etcd.
 	procs := slices.Clone(s.Procs)
 	slices.Reverse(procs)
-	for _, p := range procs {
-		if p.alive() {
-			syscall.Kill(p.PID, syscall.SIGTERM)
+	tier := func(p proc) int {
+		switch p.Name {
+		case apiserverProc:
+			return 1
+		case "etcd":
+			return 2
 		}
+		return 0
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, p := range procs {
-		for p.alive() && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if p.alive() {
-			syscall.Kill(p.PID, syscall.SIGKILL)
-			for i := 0; p.alive() && i < 100; i++ {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-		if p.alive() {
-			errs = append(errs, fmt.Errorf("process %s (pid %d) did not exit", p.Name, p.PID))
-		}
+	for t := 0; t <= 2; t++ {
+		errs = append(errs, stopProcs(slices.DeleteFunc(slices.Clone(procs), func(p proc) bool { return tier(p) != t })))
 	}
 	fmt.Fprintf(out, "stopped %d processes\n", len(procs))
 
@@ -156,6 +149,33 @@ func down(o options, out io.Writer) error {
 		errs = append(errs, fmt.Errorf("remove %s: %w", o.stateDir, err))
 	} else {
 		fmt.Fprintf(out, "removed %s\n", o.stateDir)
+	}
+	return errors.Join(errs...)
+}
+
+// stopProcs stops every process of procs at once: SIGTERM, SIGKILL after
+// 10 s.
+func stopProcs(procs []proc) error {
+	for _, p := range procs {
+		if p.alive() {
+			syscall.Kill(p.PID, syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range procs {
+		for p.alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p.alive() {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+			for i := 0; p.alive() && i < 250; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if p.alive() {
+			errs = append(errs, fmt.Errorf("process %s (pid %d) did not exit", p.Name, p.PID))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -128,6 +128,7 @@ func (c *cluster) calicoctl() string { return filepath.Join(c.o.binDir, "calicoc
 
 // results is what `up --results` reports, for the end-to-end test.
 type results struct {
+	Datastore  string              `json:"datastore"`
 	Sessions   map[string][]string `json:"sessions"` // node -> established peers
 	Pods       []podResult         `json:"pods"`
 	Steps      []matrixStep        `json:"matrices"`
@@ -154,7 +155,10 @@ type matrixStep struct {
 func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 	start := time.Now()
 	c := &cluster{o: o, out: out, total: 11}
-	res := &results{Sessions: map[string][]string{}}
+	if c.kdd() {
+		c.total = 13
+	}
+	res := &results{Datastore: o.datastore, Sessions: map[string][]string{}}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program: %w", err)
@@ -176,16 +180,27 @@ func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 		return nil, err
 	}
 
-	steps := []struct {
+	type stepFunc struct {
 		what string
 		f    func() error
-	}{
+	}
+	steps := []stepFunc{
 		{"starting etcd on " + c.etcdURL() + " and a unix socket for the nodes", c.startEtcd},
 		{fmt.Sprintf("creating %d node namespaces on a bridge (192.0.2.0/24)", nodeCount), c.fabric},
-		{"creating IP pool " + poolCIDR + " (calicoctl apply)", c.createPool},
-		{"starting calico-node run on every node", c.startAgents},
-		{"waiting for the BGP full mesh", func() error { return c.waitMesh(ctx, res) }},
 	}
+	if c.kdd() {
+		steps = []stepFunc{
+			{"starting kube-apiserver on " + c.apiserverURL() + " (its etcd on " + c.etcdURL() + ")", func() error { return c.startAPIServer(ctx) }},
+			{"installing Calico's CRDs (kubectl apply -f " + c.o.crds + ")", c.installCRDs},
+			{fmt.Sprintf("creating %d node namespaces on a bridge (192.0.2.0/24), the API server on their loopback", nodeCount), c.fabric},
+			{fmt.Sprintf("registering Kubernetes Nodes node-1..%d and namespaces %s (kubectl apply)", nodeCount, strings.Join(k8sNamespaces(), ", ")), c.registerNodes},
+		}
+	}
+	steps = append(steps, []stepFunc{
+		{"creating IP pool " + poolCIDR + " (calicoctl apply)", c.createPool},
+		{"starting calico-node run on every node" + c.datastoreNote(), c.startAgents},
+		{"waiting for the BGP full mesh", func() error { return c.waitMesh(ctx, res) }},
+	}...)
 	for _, s := range steps {
 		if err := c.step(s.what, s.f); err != nil {
 			return nil, err
@@ -206,6 +221,12 @@ func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 	}
 	fmt.Fprintln(out, "\n  $ calicoctl ipam show --show-blocks")
 	c.show(c.calicoctl(), "ipam", "show", "--show-blocks")
+	if c.kdd() {
+		// What the pods became: endpoints computed from the Pods and the
+		// annotations the CNI plugin wrote on them.
+		fmt.Fprintln(out, "\n  $ calicoctl get workloadendpoints -A -o wide   # computed from the Pods the CNI plugin annotated")
+		c.show(c.calicoctl(), "get", "workloadendpoints", "-A", "-o", "wide")
+	}
 	fmt.Fprintln(out)
 
 	var mismatch []string
@@ -236,17 +257,21 @@ func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 	}
 
 	afterKNP := func(from, to *pod) bool { return to.k8sNS != "backend" || from.k8sNS == "backend" }
-	if err := c.applyPolicy("backend-knp.yaml", k8sPolicy, "Kubernetes NetworkPolicy: backend accepts only from backend"); err != nil {
+	if err := c.applyK8sPolicy("backend-knp.yaml", k8sPolicy, "Kubernetes NetworkPolicy: backend accepts only from backend"); err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(out, "  stored as Calico NetworkPolicy backend/knp.default.backend-same-namespace-only")
+	if c.kdd() {
+		fmt.Fprintln(out, "  a networking.k8s.io NetworkPolicy, which Calico reads as NetworkPolicy backend/knp.default.backend-same-namespace-only")
+	} else {
+		fmt.Fprintln(out, "  stored as Calico NetworkPolicy backend/knp.default.backend-same-namespace-only")
+	}
 	if err := measureStep("connectivity with the Kubernetes NetworkPolicy", afterKNP); err != nil {
 		return nil, err
 	}
 	afterGNP := func(from, to *pod) bool {
 		return afterKNP(from, to) && (to.k8sNS != "frontend" || from.k8sNS == "frontend")
 	}
-	if err := c.applyPolicy("frontend-gnp.yaml", globalPolicy, "GlobalNetworkPolicy: frontend accepts only from frontend"); err != nil {
+	if err := c.applyPolicy(c.calicoctl(), "calicoctl", "frontend-gnp.yaml", globalPolicy, "GlobalNetworkPolicy: frontend accepts only from frontend"); err != nil {
 		return nil, err
 	}
 	if err := measureStep("connectivity with the GlobalNetworkPolicy too", afterGNP); err != nil {
@@ -296,8 +321,25 @@ func (c *cluster) show(name string, args ...string) {
 
 // env is the environment of every command the demo runs: nothing of the
 // caller's ETCD_*/CALICO_*/CNI_* settings may leak into the nodes.
+// The first entry is PATH alone (spawn's environment).
 func (c *cluster) env() []string {
-	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ETCD_ENDPOINTS=" + c.etcdURL()}
+	path := "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if c.kdd() {
+		return []string{path, "DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + c.kubeconfig()}
+	}
+	return []string{path, "ETCD_ENDPOINTS=" + c.etcdURL()}
+}
+
+// kdd reports whether this cluster keeps Calico's data in the Kubernetes
+// API.
+func (c *cluster) kdd() bool { return c.o.datastore == datastoreKube }
+
+// datastoreNote names the datastore in the agents' step.
+func (c *cluster) datastoreNote() string {
+	if c.kdd() {
+		return " (DATASTORE_TYPE=kubernetes)"
+	}
+	return ""
 }
 
 func (c *cluster) run(name string, args ...string) error {
@@ -311,12 +353,19 @@ func (c *cluster) run(name string, args ...string) error {
 
 func (c *cluster) prerequisites() error {
 	var missing []string
-	for _, tool := range []struct{ cmd, pkg string }{
-		{"ip", "iproute2"}, {"etcd", "etcd-server"}, {"iptables", "iptables"}, {"iptables-restore", "iptables"}, {"ipset", "ipset"},
-	} {
+	tools := []struct{ cmd, pkg string }{
+		{"ip", "iproute2"}, {"iptables", "iptables"}, {"iptables-restore", "iptables"}, {"ipset", "ipset"},
+	}
+	if !c.kdd() {
+		tools = append(tools, struct{ cmd, pkg string }{"etcd", "etcd-server"})
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool.cmd); err != nil {
 			missing = append(missing, fmt.Sprintf("%s (Debian package %s)", tool.cmd, tool.pkg))
 		}
+	}
+	if c.kdd() {
+		missing = append(missing, c.kubePrerequisites()...)
 	}
 	for _, b := range []string{"calico-node", "calicoctl", "calico", "calico-ipam"} {
 		if _, err := os.Stat(filepath.Join(c.o.binDir, b)); err != nil {
@@ -326,21 +375,33 @@ func (c *cluster) prerequisites() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing prerequisites (make deps installs the packages):\n  %s", strings.Join(missing, "\n  "))
 	}
-	for _, p := range []int{c.o.etcdPort, c.o.etcdPort + 1} {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	// Each port, the recorded process of a previous demo that may hold
+	// it, and the flag that moves it.
+	type portUse struct {
+		port       int
+		owner, flg string
+	}
+	ports := []portUse{{c.o.etcdPort, "etcd", "--etcd-port"}, {c.o.etcdPort + 1, "etcd", "--etcd-port"}}
+	if c.kdd() {
+		ports = append(ports, portUse{c.o.apiserverPort, apiserverProc, "--apiserver-port"})
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p.port))
 		if err != nil {
-			if c.portIsOurs(p) {
-				continue // the previous demo's etcd: removed next
+			if c.procIsOurs(p.owner) {
+				continue // the previous demo's: removed next
 			}
-			return fmt.Errorf("port 127.0.0.1:%d is in use; choose others with --etcd-port (make demo DEMO_ARGS=--etcd-port=N)", p)
+			return fmt.Errorf("port 127.0.0.1:%d is in use; choose another with %s (make demo DEMO_ARGS=%s=N)", p.port, p.flg, p.flg)
 		}
 		l.Close()
 	}
 	return nil
 }
 
-// portIsOurs reports whether a previous demo's recorded etcd is running.
-func (c *cluster) portIsOurs(int) bool {
+// procIsOurs reports whether a previous demo's recorded process of that
+// name (etcd, kube-apiserver) is running: it holds its port until the
+// previous demo is removed.
+func (c *cluster) procIsOurs(name string) bool {
 	data, err := os.ReadFile(statePath(c.o.stateDir))
 	if err != nil {
 		return false
@@ -350,7 +411,7 @@ func (c *cluster) portIsOurs(int) bool {
 		return false
 	}
 	for _, p := range s.Procs {
-		if p.Name == "etcd" && p.alive() {
+		if p.Name == name && p.alive() {
 			return true
 		}
 	}
@@ -396,6 +457,11 @@ func (c *cluster) startEtcd() error {
 	); err != nil {
 		return err
 	}
+	return c.waitEtcd()
+}
+
+// waitEtcd waits until the demo's etcd says it is healthy.
+func (c *cluster) waitEtcd() error {
 	deadline := time.Now().Add(15 * time.Second)
 	client := http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
@@ -465,6 +531,9 @@ func (c *cluster) fabric() error {
 			}
 		}
 	}
+	if c.kdd() {
+		return c.startForwarder()
+	}
 	return nil
 }
 
@@ -505,9 +574,13 @@ func (c *cluster) startAgent(i int) error {
 	if err := os.MkdirAll(c.nodeDir(i), 0o755); err != nil {
 		return fmt.Errorf("create node dir: %w", err)
 	}
-	return c.spawn(nodeName(i), c.nodeDir(i), "ip", "netns", "exec", c.nodeNS(i),
-		filepath.Join(c.o.binDir, "calico-node"), "run",
-		"--etcd-endpoints="+c.etcdUnix(),
+	datastore := []string{"--etcd-endpoints=" + c.etcdUnix()}
+	if c.kdd() {
+		datastore = []string{"--datastore-type=kubernetes", "--kubeconfig=" + c.kubeconfig()}
+	}
+	argv := append([]string{"ip", "netns", "exec", c.nodeNS(i),
+		filepath.Join(c.o.binDir, "calico-node"), "run"}, datastore...)
+	return c.spawn(nodeName(i), c.nodeDir(i), append(argv,
 		"--nodename="+nodeName(i),
 		"--ip="+nodeAddr(i)+"/24",
 		"--no-default-pools",
@@ -516,7 +589,7 @@ func (c *cluster) startAgent(i int) error {
 		"--cni-socket="+c.cniSocket(i),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
-	)
+	)...)
 }
 
 // waitMesh waits until every node has an Established session with each
@@ -565,6 +638,13 @@ func (c *cluster) createPods(ctx context.Context) error {
 		return fmt.Errorf("open CNI log: %w", err)
 	}
 	defer cniLog.Close()
+	if c.kdd() {
+		// What the API server holds before a runtime is asked for the
+		// pod's network: the Pod, scheduled to its node.
+		if err := c.createPodObjects(); err != nil {
+			return err
+		}
+	}
 	for i := 1; i <= nodeCount; i++ {
 		cni := c.cniFor(i, cniCache, cniLog)
 		list, err := c.cniList(i)
@@ -620,18 +700,27 @@ func (c *cluster) createPods(ctx context.Context) error {
 // cniList is the network configuration a runtime on node i hands the
 // plugin.
 func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
+	plugin := map[string]any{
+		"type":           "calico",
+		"etcd_endpoints": c.etcdUnix(),
+		"nodename":       nodeName(i),
+		"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
+		"mtu":            1500,
+		"log_level":      "info",
+		"ipam":           map[string]any{"type": "calico-ipam"},
+	}
+	if c.kdd() {
+		// As calico-node-kdd.yaml's CNI config: the API server is the
+		// datastore and where the plugin reads the pod.
+		delete(plugin, "etcd_endpoints")
+		plugin["datastore_type"] = "kubernetes"
+		plugin["kubernetes"] = map[string]any{"kubeconfig": c.kubeconfig()}
+		plugin["policy"] = map[string]any{"type": "k8s"}
+	}
 	conf, err := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "k8s-pod-network",
-		"plugins": []any{map[string]any{
-			"type":           "calico",
-			"etcd_endpoints": c.etcdUnix(),
-			"nodename":       nodeName(i),
-			"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
-			"mtu":            1500,
-			"log_level":      "info",
-			"ipam":           map[string]any{"type": "calico-ipam"},
-		}},
+		"plugins":    []any{plugin},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode CNI config: %w", err)
@@ -643,7 +732,20 @@ func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
 	return list, nil
 }
 
-func (c *cluster) applyPolicy(file, doc, what string) error {
+// applyK8sPolicy applies a Kubernetes NetworkPolicy as its datastore
+// takes it: on etcd calicoctl stores it (as knp.default.<name>), on the
+// Kubernetes API it is an object of the API server's own, applied with
+// kubectl.
+func (c *cluster) applyK8sPolicy(file, doc, what string) error {
+	if c.kdd() {
+		return c.applyPolicy(c.kubectlPath(), "kubectl", file, doc, what, c.kubectlArgs()...)
+	}
+	return c.applyPolicy(c.calicoctl(), "calicoctl", file, doc, what)
+}
+
+// applyPolicy writes doc to policy/<file> and applies it with the command
+// bin (shown as name), after its leading arguments.
+func (c *cluster) applyPolicy(bin, name, file, doc, what string, lead ...string) error {
 	dir := filepath.Join(c.o.stateDir, "policy")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create policy dir: %w", err)
@@ -652,16 +754,16 @@ func (c *cluster) applyPolicy(file, doc, what string) error {
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	fmt.Fprintf(c.out, "  %s\n  $ calicoctl apply -f %s\n", what, path)
+	fmt.Fprintf(c.out, "  %s\n  $ %s apply -f %s\n", what, name, path)
 	for _, l := range strings.Split(strings.TrimRight(doc, "\n"), "\n") {
 		fmt.Fprintln(c.out, "    | "+l)
 	}
-	cmd := exec.Command(c.calicoctl(), "apply", "-f", path)
+	cmd := exec.Command(bin, append(lead, "apply", "-f", path)...)
 	cmd.Env = c.env()
 	b, err := cmd.CombinedOutput()
 	fmt.Fprintf(c.out, "    %s", b)
 	if err != nil {
-		return fmt.Errorf("calicoctl apply -f %s: %w", path, err)
+		return fmt.Errorf("%s apply -f %s: %w", name, path, err)
 	}
 	return nil
 }
@@ -674,7 +776,17 @@ func (c *cluster) explore(took time.Duration) {
 		ctl = rel
 	}
 	fmt.Fprintf(w, "The demo cluster is up (%.1fs) and stays running. Explore it (as root):\n\n", took.Seconds())
-	fmt.Fprintf(w, "  export ETCD_ENDPOINTS=%s\n", c.etcdURL())
+	if c.kdd() {
+		kubectl := c.kubectlPath()
+		fmt.Fprintf(w, "  export DATASTORE_TYPE=kubernetes KUBECONFIG=%s\n", c.kubeconfig())
+		fmt.Fprintf(w, "  alias kubectl=%s\n", kubectl)
+		fmt.Fprintf(w, "  kubectl get nodes -o yaml | grep projectcalico.org        # what the agents wrote on their Nodes\n")
+		fmt.Fprintf(w, "  kubectl get pods -A -o yaml | grep cni.projectcalico.org   # what the CNI plugin wrote on the pods\n")
+		fmt.Fprintf(w, "  kubectl get ipamblocks,blockaffinities,ipamhandles         # Calico's IPAM as custom resources\n")
+		fmt.Fprintf(w, "  kubectl get networkpolicies -A; kubectl get globalnetworkpolicies.crd.projectcalico.org\n")
+	} else {
+		fmt.Fprintf(w, "  export ETCD_ENDPOINTS=%s\n", c.etcdURL())
+	}
 	fmt.Fprintf(w, "  %s get nodes -o wide\n", ctl)
 	fmt.Fprintf(w, "  %s get workloadendpoints -A -o wide\n", ctl)
 	fmt.Fprintf(w, "  %s get networkpolicies -A; %s get globalnetworkpolicies\n", ctl, ctl)

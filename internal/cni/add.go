@@ -85,7 +85,14 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 		return err
 	}
 	inv.phase("connect etcd")
+	// The lock flag is read beside the endpoint and must be clear before
+	// any address is allocated.
+	readyCh := make(chan error, 1)
+	go func() { readyCh <- checkReady(ctx, store) }()
 	existing, err := findEndpoint(ctx, store, ids)
+	if rerr := <-readyCh; rerr != nil {
+		return rerr
+	}
 	if err != nil {
 		return err
 	}

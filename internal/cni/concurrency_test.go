@@ -1,44 +1,81 @@
 package cni_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+
+	"github.com/projectcalico/calico-node/internal/cni"
+	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
-	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // Three nodes each run ADDs concurrently against one pool, as kubelets
-// starting pods at once do: no address is handed out twice, each node's
-// pods come from blocks affine to that node while free blocks remain,
-// borrowing happens only once the pool has no free block (and never with
-// strictAffinity), and after every DEL nothing is left allocated.
+// starting pods at once do, on either datastore: no address is handed out
+// twice, each node's pods come from blocks affine to that node while free
+// blocks remain, borrowing happens only once the pool has no free block
+// (and never with strictAffinity), and after every DEL nothing is left
+// allocated. On the Kubernetes datastore the pods are Kubernetes Pods the
+// plugin reads and annotates, and IPAM is Calico's custom resources; there
+// each node's plugins hand their commands to that node's agent (a CNI
+// server per node, as on a node where calico-node runs), each agent with
+// its one warm API server connection: 300 plugin processes each opening
+// their own would measure how long a small machine takes to start them,
+// not IPAM (the plugins' own datastore path is the etcd case's).
 func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 pods: not in -short")
 	}
-	e := newEnv(t)
+	for _, tc := range []struct {
+		name     string
+		env      func(testing.TB) *env
+		viaAgent bool
+	}{
+		{datastore.TypeEtcd, func(t testing.TB) *env { return newEnv(t) }, false},
+		{datastore.TypeKubernetes, newKDDEnv, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testConcurrentAdds(t, tc.env(t), tc.viaAgent) })
+	}
+}
+
+func testConcurrentAdds(t *testing.T, e *env, viaAgent bool) {
+	e = e.in(t)
 	// 512 addresses in 32 blocks of 16: 3 x 100 pods need 21 blocks.
 	e.addPool("shared", "10.230.0.0/23", 28)
 	const perNode = 100
 	nodes := []string{"node-a", "node-b", "node-c"}
 	confs := map[string][]byte{}
+	envs := map[string]*env{}
+	servers := map[string]*cni.Server{}
 	for _, n := range nodes {
 		// Registered nodes, so that their blocks are not reported as
 		// belonging to missing nodes.
-		node := &api.Node{TypeMeta: api.TypeMeta{Kind: "Node", APIVersion: api.GroupVersion}, ObjectMeta: api.ObjectMeta{Name: n}}
-		if _, err := e.store.Create(e.ctx, node); err != nil {
-			t.Fatal(err)
-		}
+		e.addNode(n)
 		ne := *e
 		ne.node = n
 		// Each node has its own lock file, like separate hosts.
 		ne.lockFile = filepath.Join(t.TempDir(), "ipam.lock")
 		confs[n] = ne.conf("1.0.0", map[string]any{"log_level": "error"})
+		if viaAgent {
+			srv, sock := startServerAt(t)
+			servers[n] = srv
+			ne.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, e.cacheDir, &socketExec{
+				Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}},
+				env:  cnientry.SocketEnv + "=" + sock,
+			})
+		}
+		envs[n] = &ne
 	}
 	type placed struct {
 		node string
@@ -53,16 +90,20 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	)
 	pods := map[string][]*pod{}
 	for _, n := range nodes {
-		for range perNode {
-			pods[n] = append(pods[n], newPod(t))
+		for i := range perNode {
+			// A Kubernetes pod, as kubelet names it in CNI_ARGS.
+			name := fmt.Sprintf("%s-%d", n, i)
+			e.addK8sPod("default", name, n)
+			pods[n] = append(pods[n], newPod(t, "default", name))
 		}
 	}
+	start := time.Now()
 	for _, n := range nodes {
 		for _, p := range pods[n] {
 			wg.Add(1)
 			go func(n string, p *pod) {
 				defer wg.Done()
-				res, err := e.add(confs[n], p)
+				res, err := envs[n].add(confs[n], p)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -79,6 +120,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	t.Logf("%d concurrent ADDs in %s", len(nodes)*perNode, time.Since(start).Round(10*time.Millisecond))
 	for _, err := range errs {
 		t.Error(err)
 	}
@@ -94,6 +136,22 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	}
 	if len(seen) != len(nodes)*perNode {
 		t.Fatalf("%d distinct addresses for %d pods", len(seen), len(nodes)*perNode)
+	}
+	// Every pod's endpoint carries the address its ADD returned.
+	eps := e.endpoints("default")
+	if len(eps) != len(all) {
+		t.Errorf("%d endpoints for %d pods", len(eps), len(all))
+	}
+	for _, ep := range eps {
+		if len(ep.Spec.IPNetworks) != 1 {
+			t.Errorf("endpoint %s has addresses %v, want its one", ep.Name, ep.Spec.IPNetworks)
+		}
+		for _, n := range ep.Spec.IPNetworks {
+			a, err := netip.ParsePrefix(n)
+			if err != nil || seen[a.Addr()] != ep.Spec.ContainerID {
+				t.Errorf("endpoint %s has %s, which its ADD did not return", ep.Name, n)
+			}
+		}
 	}
 	// Enough blocks for everyone: every address is in a block affine to
 	// the node whose pod holds it.
@@ -121,11 +179,12 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	}
 
 	// All DELs at once: nothing leaked.
+	start = time.Now()
 	for _, pl := range all {
 		wg.Add(1)
 		go func(pl placed) {
 			defer wg.Done()
-			if err := e.del(confs[pl.node], pl.pod); err != nil {
+			if err := envs[pl.node].del(confs[pl.node], pl.pod); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("DEL %s: %w", pl.pod.rt.ContainerID, err))
 				mu.Unlock()
@@ -133,6 +192,7 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 		}(pl)
 	}
 	wg.Wait()
+	t.Logf("%d concurrent DELs in %s", len(all), time.Since(start).Round(10*time.Millisecond))
 	for _, err := range errs {
 		t.Error(err)
 	}
@@ -143,12 +203,35 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	if n := len(report.Allocations); n != 0 || report.Problems() != 0 {
 		t.Errorf("after all DELs: %d allocations, %d problems: leaked %v, handles %v, missing nodes %v", n, report.Problems(), report.Leaked(), report.LeakedHandles, report.BlocksOfMissingNodes)
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("host veths left: %v", links)
 	}
-	if weps := e.endpoints("default"); len(weps) != 0 {
-		t.Errorf("%d endpoints left", len(weps))
+	// On etcd DEL deletes the endpoint. On the Kubernetes datastore the
+	// endpoint is the pod's, as long as the pod exists (as in Calico: a
+	// pod not being deleted is not finished), and DEL empties the address
+	// annotations it is computed from.
+	for _, ep := range e.endpoints("default") {
+		if e.kube == nil || len(ep.Spec.IPNetworks) != 0 {
+			t.Errorf("endpoint %s left, addresses %v", ep.Name, ep.Spec.IPNetworks)
+		}
 	}
+	// Each node's agent ran its node's commands, not the plugins.
+	for n, srv := range servers {
+		if srv.Served.Load() < 2*perNode || srv.Declined.Load() != 0 {
+			t.Errorf("%s's agent served %d commands and declined %d; want its %d ADDs and DELs, none declined", n, srv.Served.Load(), srv.Declined.Load(), 2*perNode)
+		}
+	}
+}
+
+// socketExec runs plugins with one more environment variable: the CNI
+// socket of their node's agent.
+type socketExec struct {
+	invoke.Exec
+	env string
+}
+
+func (e *socketExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+	return e.Exec.ExecPlugin(ctx, pluginPath, stdinData, append(environ, e.env))
 }
 
 // With more pods than one node's share of blocks, a node borrows from

@@ -355,11 +355,16 @@ func (c *netConf) datastoreConfig(logger *slog.Logger) (datastore.Config, error)
 			kc.APIEndpoint = c.Kubernetes.K8sAPIRoot
 		}
 		return datastore.Config{
-			Type:           datastore.TypeKubernetes,
-			Kube:           kc,
-			DialTimeout:    etcdDialTimeout,
-			RequestTimeout: etcdRequestTimeout,
+			Type:        datastore.TypeKubernetes,
+			Kube:        kc,
+			DialTimeout: etcdDialTimeout,
+			// The API server queues requests under load (priority and
+			// fairness) where etcd answers at once; the runtime's own
+			// timeout is the real bound.
+			RequestTimeout: kddRequestTimeout,
 			Logger:         logger,
+			// A missing CRD is named by the first request that needs it.
+			NoProbe: true,
 		}, nil
 	}
 	eps, err := c.etcdEndpoints()

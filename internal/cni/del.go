@@ -46,6 +46,13 @@ func (inv *invocation) del(ctx context.Context) error {
 		return err
 	}
 	inv.phase("connect etcd")
+	// Nothing is released while the datastore is locked; the runtime
+	// retries the DEL. (The pod's interface may already be gone: deleting
+	// it again is a no-op.)
+	if err := checkReady(ctx, store); err != nil {
+		<-linkDone
+		return err
+	}
 	endpointDone := make(chan endpointDeletion, 1)
 	go func() {
 		vethOurs, err := inv.deleteEndpoint(ctx, store, ids)

@@ -71,6 +71,13 @@
 //     still works.
 //   - A netns deleted while ADD runs (we hold it open, so the veth would
 //     die with it) fails the ADD with code 3 after undoing everything.
+//   - While the datastore is locked (ClusterInformation datastoreReady
+//     false: `calicoctl datastore migrate lock`), ADD and DEL fail with
+//     Calico's "Calico is currently not ready to process requests" (code
+//     11) before allocating or releasing anything; DEL may already have
+//     removed the pod's interface, which a retry finds gone. A datastore
+//     with no ClusterInformation is not locked (Calico's plugin fails
+//     there instead).
 //
 // # Design
 //

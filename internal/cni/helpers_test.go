@@ -29,6 +29,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -74,6 +75,9 @@ func repoRoot() string { return testbin.RepoRoot() }
 type env struct {
 	t    testing.TB
 	etcd *etcdtest.Server
+	// kube is the API server of an env on the Kubernetes datastore
+	// (newKDDEnv); etcd is nil then.
+	kube *kubetest.Cluster
 	*conn
 	binDir   string
 	cacheDir string
@@ -111,24 +115,32 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		t.Fatalf("open datastore: %v", err)
 	}
 
-	binDir := testbin.Dir(t)
+	e := newEnvOn(t, ctx, &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)})
+	e.etcd = srv
 	ref := referencePlugins(t)
 	for _, p := range []string{"host-local", "ptp", "tuning"} {
-		if err := os.Symlink(filepath.Join(ref, p), filepath.Join(binDir, p)); err != nil {
+		if err := os.Symlink(filepath.Join(ref, p), filepath.Join(e.binDir, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return e
+}
+
+// newEnvOn is an env around the test's datastore connection c, which it
+// closes when the test ends; ctx bounds the test.
+func newEnvOn(t testing.TB, ctx context.Context, c *conn) *env {
+	t.Helper()
 	tmp := t.TempDir()
 	e := &env{
-		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)},
-		binDir:   binDir,
+		t: t, conn: c,
+		binDir:   testbin.Dir(t),
 		cacheDir: filepath.Join(tmp, "cache"),
 		dataDir:  filepath.Join(tmp, "host-local"),
 		lockFile: filepath.Join(tmp, "ipam.lock"),
 		node:     "node1",
 		ctx:      ctx,
 	}
-	e.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, e.cacheDir, nil)
+	e.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, e.cacheDir, nil)
 	t.Cleanup(func() { e.conn.store.Close() })
 	return e
 }
@@ -186,17 +198,23 @@ func (e *env) conf(cniVersion string, extra map[string]any) []byte {
 		"cniVersion":     cniVersion,
 		"name":           "k8s-pod-network",
 		"type":           "calico",
-		"etcd_endpoints": strings.Join(e.etcd.Endpoints, ","),
 		"nodename":       e.node,
 		"ipam_lock_file": e.lockFile,
 		"mtu":            1500,
 		"log_level":      "debug",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}
-	if e.etcd.CACertFile != "" {
-		c["etcd_ca_cert_file"] = e.etcd.CACertFile
-		c["etcd_cert_file"] = e.etcd.CertFile
-		c["etcd_key_file"] = e.etcd.KeyFile
+	switch {
+	case e.kube != nil:
+		c["datastore_type"] = datastore.TypeKubernetes
+		c["kubernetes"] = map[string]any{"kubeconfig": e.kube.Kubeconfig}
+	default:
+		c["etcd_endpoints"] = strings.Join(e.etcd.Endpoints, ",")
+		if e.etcd.CACertFile != "" {
+			c["etcd_ca_cert_file"] = e.etcd.CACertFile
+			c["etcd_cert_file"] = e.etcd.CertFile
+			c["etcd_key_file"] = e.etcd.KeyFile
+		}
 	}
 	for k, v := range extra {
 		if v == nil {
@@ -406,22 +424,6 @@ func (e *env) assertNothingLeft(network string, p *pod, hostVeth string) {
 		}
 		return nil
 	})
-}
-
-// caliLinks lists the node's cali* interfaces.
-func caliLinks(t testing.TB) []string {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "cali") {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out
 }
 
 // inPod runs f inside the pod's namespace.

@@ -39,6 +39,8 @@ const (
 	etcdDialTimeout = 5 * time.Second
 	// etcdRequestTimeout bounds one datastore round trip.
 	etcdRequestTimeout = 5 * time.Second
+	// kddRequestTimeout bounds one Kubernetes API round trip.
+	kddRequestTimeout = 15 * time.Second
 	// ipamTimeout bounds one IPAM operation (a few round trips, and
 	// retries when other nodes race for the same block).
 	ipamTimeout    = 20 * time.Second

@@ -17,12 +17,24 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // startServer runs an agent's CNI server in this process (the test process
 // plays the node, in the node's namespace) and points the plugins libcni
 // runs at it.
 func startServer(t testing.TB) *cni.Server {
+	t.Helper()
+	srv, sock := startServerAt(t)
+	t.Setenv(cnientry.SocketEnv, sock)
+	return srv
+}
+
+// startServerAt runs an agent's CNI server in this process and returns it
+// and its socket, for plugins pointed at it one by one (one server per
+// simulated node).
+func startServerAt(t testing.TB) (*cni.Server, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cnisrv") // short: unix socket paths are limited
 	if err != nil {
@@ -49,8 +61,7 @@ func startServer(t testing.TB) *cni.Server {
 			t.Fatal("server did not listen")
 		}
 	}
-	t.Setenv(cnientry.SocketEnv, sock)
-	return srv
+	return srv, sock
 }
 
 // TestAgentServesForwardedCommands: with an agent listening, ADD, CHECK
@@ -132,7 +143,7 @@ func TestAgentServesErrors(t *testing.T) {
 	if srv.Served.Load() != 1 {
 		t.Errorf("served %d, want the failing ADD", srv.Served.Load())
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("failed ADD left %v", links)
 	}
 	e.mustDel(conf, p)
@@ -213,20 +224,12 @@ func TestAgentLostMidCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, c) // the whole request, then hang up
-					if tc.taken {
-						c.Write([]byte{cnientry.Taken})
-					}
-					c.Close()
+			netnstest.Serve(t, l, func(c net.Conn) {
+				io.Copy(io.Discard, c) // the whole request, then hang up
+				if tc.taken {
+					c.Write([]byte{cnientry.Taken})
 				}
-			}()
+			})
 			t.Setenv(cnientry.SocketEnv, sock)
 			p := newPod(t)
 			conf := e.conf("1.0.0", nil)

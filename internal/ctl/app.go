@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
 )
@@ -70,7 +69,7 @@ func Commands() []*cli.Command {
 			ArgsUsage: "KIND [NAME...]",
 			Flags: []cli.Flag{fileFlag, nsFlag,
 				&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "list namespaced kinds across every namespace"},
-				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "ps", Usage: "ps|wide|yaml|json|name"},
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "ps", Usage: "ps, wide, yaml, json, name, custom-columns=COL,..., go-template=TEMPLATE or go-template-file=FILE"},
 			},
 			Action: withSession(cmdGet),
 		},
@@ -80,17 +79,12 @@ func Commands() []*cli.Command {
 			Flags:     []cli.Flag{nsFlag, &cli.StringFlag{Name: "patch", Aliases: []string{"p"}, Required: true, Usage: "JSON or YAML merge patch"}},
 			Action:    withSession(cmdPatch),
 		},
+		labelCommand(),
+		convertCommand(),
 		ipamCommand(),
 		nodeCommand(),
-		{
-			Name:  "version",
-			Usage: "print the client version and the cluster's",
-			Action: func(c *cli.Context) error {
-				fmt.Fprintf(c.App.Writer, "Client Version:    %s\n", buildinfo.Version)
-				fmt.Fprintf(c.App.Writer, "Git commit:        %s\n", buildinfo.Revision())
-				return nil
-			},
-		},
+		datastoreCommand(),
+		versionCommand(),
 	}
 }
 
@@ -104,14 +98,21 @@ type session struct {
 	stdin  io.Reader
 }
 
-// withSession resolves the client config, connects and runs fn.
+// withSession resolves the client config, connects and runs fn, which
+// must be done within two minutes.
 func withSession(fn func(*session) error) cli.ActionFunc {
+	return withSessionTimeout(2*time.Minute, fn)
+}
+
+// withSessionTimeout is withSession with its own time limit, for verbs
+// that read or write the whole datastore.
+func withSessionTimeout(limit time.Duration, fn func(*session) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		cfg, err := configFromContext(c, os.Getenv)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
+		ctx, cancel := context.WithTimeout(c.Context, limit)
 		defer cancel()
 		store, err := connect.New(ctx, cfg.Config)
 		if err != nil {

@@ -75,6 +75,10 @@ func InterspersedArgs(args []string) []string {
 		case a == "--":
 			pos = append(pos, args[i:]...)
 			i = len(args)
+		case (a == "--help" || a == "-h") && len(pos) > 0 && subcommandPath(cmd, pos):
+			// Stays after the subcommands it follows, so that it asks for
+			// the help of the last (`datastore migrate import -h`).
+			pos = append(pos, a)
 		case len(a) > 1 && a[0] == '-':
 			flags = append(flags, a)
 			name := strings.TrimLeft(a, "-")
@@ -87,6 +91,23 @@ func InterspersedArgs(args []string) []string {
 		}
 	}
 	return append(flags, pos...)
+}
+
+// subcommandPath reports whether names are a chain of cmd's subcommands.
+func subcommandPath(cmd *cli.Command, names []string) bool {
+	for _, n := range names {
+		var next *cli.Command
+		for _, sc := range cmd.Subcommands {
+			if sc.Name == n || slices.Contains(sc.Aliases, n) {
+				next = sc
+			}
+		}
+		if next == nil {
+			return false
+		}
+		cmd = next
+	}
+	return true
 }
 
 // SplitGlobal finds where the verb starts in a calicoctl command line,

@@ -14,6 +14,11 @@ func TestInterspersedArgs(t *testing.T) {
 		{[]string{"apply", "-f", "-"}, []string{"apply", "-f", "-"}},
 		{[]string{"get", "x", "--", "-o"}, []string{"get", "x", "--", "-o"}},
 		{[]string{"unknownverb", "a", "-b"}, []string{"unknownverb", "a", "-b"}},
+		{[]string{"datastore", "migrate", "import", "-f", "etcd-data"}, []string{"datastore", "-f", "etcd-data", "migrate", "import"}},
+		// Help after subcommands asks for the last one's help.
+		{[]string{"datastore", "migrate", "import", "--help"}, []string{"datastore", "migrate", "import", "--help"}},
+		{[]string{"datastore", "migrate", "-h"}, []string{"datastore", "migrate", "-h"}},
+		{[]string{"get", "ippools", "--help"}, []string{"get", "--help", "ippools"}},
 	}
 	for _, tt := range tests {
 		if got := InterspersedArgs(tt.in); !slices.Equal(got, tt.want) {

@@ -56,7 +56,7 @@ type ClientConfig struct {
 
 // settings are the values that can come from each layer; empty = unset.
 type settings struct {
-	datastoreType, endpoints, keyFile, certFile, caFile, username, password string
+	datastoreType, endpoints, keyFile, certFile, caFile, username, password            string
 	kubeconfig, k8sEndpoint, k8sKeyFile, k8sCertFile, k8sCAFile, k8sToken, k8sInsecure string
 }
 

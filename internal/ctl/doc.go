@@ -1,6 +1,8 @@
 // Package ctl is calicoctl: the verbs that manage Calico resources in the
-// datastore (create, apply, replace, delete, get, patch) and the client
-// configuration they connect with.
+// datastore (create, apply, replace, delete, get, patch, label, convert,
+// version, ipam, node) and the client configuration they connect with.
+// Output follows calicoctl v3.31: its per-kind table templates, its
+// go-template data, and what its clientv3 adds to policies on read.
 //
 // Model: every verb reads documents (files, directories or stdin) or a
 // kind/name from the command line, then talks to the datastore through
@@ -11,6 +13,12 @@
 // Design: the urfave/cli commands are thin; each verb is a function taking
 // a *session (resolved config, open store, output writers) so the same code
 // serves `calicoctl ...` and `calico-node ctl ...`.
+//
+// `datastore migrate lock|export|import|unlock` move a cluster between
+// etcd and the Kubernetes datastore in either direction, with calicoctl's
+// file format (migratefile.go): the v3 resources as one <Kind>List per
+// kind, "===", the ClusterInformation as JSON, "===", IPAM's keys and
+// values as JSON (ipam.Export).
 //
 // Connection settings, lowest to highest precedence: the built-in default
 // (http://127.0.0.1:2379), the client config file (/etc/calico/calicoctl.cfg

@@ -16,6 +16,8 @@ import (
 type inputDoc struct {
 	api.Document
 	source string
+	// k8s says the document was a Kubernetes NetworkPolicy, converted.
+	k8s bool
 }
 
 func (d inputDoc) label() string {
@@ -59,7 +61,8 @@ func readInputs(args []string, stdin io.Reader) ([]inputDoc, error) {
 				return nil, fmt.Errorf("%s: %w", displayName(p), err)
 			}
 			for _, d := range parsed {
-				docs = append(docs, inputDoc{Document: d, source: displayName(p)})
+				d.source = displayName(p)
+				docs = append(docs, d)
 			}
 		}
 	}

@@ -51,7 +51,8 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 
 	np := decodeOne(t, c.ok("get", "networkpolicy", "knp.default.web-from-frontend", "-n", "shop", "-o", "json")).(*api.NetworkPolicy)
 	spec, _ := json.Marshal(np.Spec)
-	want := `{"order":1000,"ingress":[{"action":"Allow","protocol":"TCP","source":{"selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'frontend'"},"destination":{"ports":[8080]}}],"selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 app == 'web'","types":["Ingress"]}`
+	// The tier is shown as calicoctl shows it (clientv3 fills it in).
+	want := `{"tier":"default","order":1000,"ingress":[{"action":"Allow","protocol":"TCP","source":{"selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'frontend'"},"destination":{"ports":[8080]}}],"selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 app == 'web'","types":["Ingress"]}`
 	if string(spec) != want {
 		t.Errorf("stored spec\n got %s\nwant %s", spec, want)
 	}

@@ -27,24 +27,32 @@ const k8sNetworkingVersion = "networking.k8s.io/v1"
 // untouched, keeping its line-numbered errors. Otherwise the input is
 // split into values here; Calico values are decoded one by one by
 // api.Decode, Kubernetes policies (alone or in a List) are converted.
-func decodeInput(data []byte) ([]api.Document, error) {
+func decodeInput(data []byte) ([]inputDoc, error) {
+	calico := func(data []byte) ([]inputDoc, error) {
+		parsed, err := api.Decode(data)
+		docs := make([]inputDoc, len(parsed))
+		for i, d := range parsed {
+			docs[i] = inputDoc{Document: d}
+		}
+		return docs, err
+	}
 	if !bytes.Contains(data, []byte("networking.k8s.io")) {
-		return api.Decode(data)
+		return calico(data)
 	}
 	values, err := splitValues(data)
 	if err != nil {
 		// Unreadable as a whole: let api.Decode report it with lines.
-		return api.Decode(data)
+		return calico(data)
 	}
-	var docs []api.Document
-	add := func(d api.Document) {
+	var docs []inputDoc
+	add := func(d api.Document, k8s bool) {
 		d.Index = len(docs)
-		docs = append(docs, d)
+		docs = append(docs, inputDoc{Document: d, k8s: k8s})
 	}
 	for _, v := range values {
 		switch {
 		case isK8sPolicy(v, "", ""):
-			add(convertK8sPolicy(v, "", ""))
+			add(convertK8sPolicy(v, "", ""), true)
 		case isK8sPolicyList(v):
 			listVersion, _ := v["apiVersion"].(string)
 			listKind, _ := v["kind"].(string)
@@ -56,10 +64,10 @@ func decodeInput(data []byte) ([]api.Document, error) {
 			for _, it := range items {
 				m, ok := it.(map[string]any)
 				if !ok || !isK8sPolicy(m, listVersion, itemKind) {
-					add(api.Document{Err: fmt.Errorf("%s %s: every item must be a %s NetworkPolicy", listVersion, listKind, k8sNetworkingVersion)})
+					add(api.Document{Err: fmt.Errorf("%s %s: every item must be a %s NetworkPolicy", listVersion, listKind, k8sNetworkingVersion)}, false)
 					continue
 				}
-				add(convertK8sPolicy(m, listVersion, itemKind))
+				add(convertK8sPolicy(m, listVersion, itemKind), true)
 			}
 		default:
 			js, err := json.Marshal(v)
@@ -71,7 +79,7 @@ func decodeInput(data []byte) ([]api.Document, error) {
 				return nil, err
 			}
 			for _, d := range sub {
-				add(d)
+				add(d, false)
 			}
 		}
 	}

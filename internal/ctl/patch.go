@@ -20,6 +20,9 @@ func cmdPatch(s *session) error {
 		return fmt.Errorf("patch takes exactly one %s name", info.Kind)
 	}
 	r := refs[0]
+	if err := readOnly("patch", r.kind.Kind, r.namespace, r.name); err != nil {
+		return err
+	}
 	patch, err := yaml.YAMLToJSON([]byte(s.c.String("patch")))
 	if err != nil {
 		return fmt.Errorf("parse --patch: %w", err)
@@ -28,6 +31,8 @@ func cmdPatch(s *session) error {
 	if err != nil {
 		return err
 	}
+	// Patched as calicoctl patches: what clientv3 reads, written back.
+	clientView(cur)
 	next, err := applyMergePatch(info, cur, patch)
 	if err != nil {
 		return fmt.Errorf("patch %s: %w", r, err)

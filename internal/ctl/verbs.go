@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,19 +10,21 @@ import (
 
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/guard"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // writeOp is one of the document-driven write verbs.
 type writeOp struct {
+	name string // "create"
 	past string // "created"
 	do   func(s *session, obj api.Object) error
 }
 
 func cmdCreate(s *session) error {
 	skip := s.c.Bool("skip-exists")
-	return s.writeDocs(writeOp{past: "created", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "create", past: "created", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Create(s.ctx, obj)
 		if skip && errors.Is(err, datastore.ErrAlreadyExists) {
 			return nil
@@ -31,17 +34,28 @@ func cmdCreate(s *session) error {
 }
 
 func cmdApply(s *session) error {
-	return s.writeDocs(writeOp{past: "applied", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "apply", past: "applied", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Apply(s.ctx, obj)
 		return err
 	}})
 }
 
 func cmdReplace(s *session) error {
-	return s.writeDocs(writeOp{past: "replaced", do: func(s *session, obj api.Object) error {
+	return s.writeDocs(writeOp{name: "replace", past: "replaced", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Update(s.ctx, obj)
 		return err
 	}})
+}
+
+// readOnly refuses what calicoctl refuses for every kind it lets users
+// read but not write: ClusterInformation, which calico-node owns
+// (datastoreReady false would stop every node's dataplane).
+func readOnly(op, kind, namespace, name string) error {
+	if kind != "ClusterInformation" {
+		return nil
+	}
+	return &datastore.Error{Op: op, Kind: kind, Namespace: namespace, Name: name,
+		Err: fmt.Errorf("%w: resource is readonly: calico-node manages it", datastore.ErrNotSupported)}
 }
 
 // writeDocs validates every document, then writes them in order. A failed
@@ -58,6 +72,11 @@ func (s *session) writeDocs(op writeOp) error {
 	var failed []string
 	var done []api.Object
 	for _, obj := range objs {
+		m := obj.Meta()
+		if err := readOnly(op.name, obj.Type().Kind, m.Namespace, m.Name); err != nil {
+			failed = append(failed, err.Error())
+			continue
+		}
 		if err := op.do(s, obj); err != nil {
 			failed = append(failed, err.Error())
 			continue
@@ -189,30 +208,34 @@ func cmdDelete(s *session) error {
 }
 
 func cmdGet(s *session) error {
-	format := s.c.String("output")
-	switch format {
-	case "ps", "wide", "yaml", "json", "name":
-	default:
-		return fmt.Errorf("unknown output format %q (use ps, wide, yaml, json or name)", format)
+	out, err := parseOutput(s.c.String("output"))
+	if err != nil {
+		return err
 	}
 	allNS := s.c.Bool("all-namespaces")
-	var objs []api.Object
-	single := false
-	switch {
-	case len(s.c.StringSlice("filename")) > 0:
+	// As calicoctl: results are a listing (one <Kind>List) or the objects
+	// asked for by name, each on its own; names that are not found are
+	// reported after the ones that are printed.
+	var results []any
+	var failed []error
+	getEach := func(refs []ref) {
+		for _, r := range refs {
+			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
+			if err != nil {
+				failed = append(failed, err)
+				continue
+			}
+			clientView(obj)
+			results = append(results, obj)
+		}
+	}
+	if len(s.c.StringSlice("filename")) > 0 {
 		refs, err := s.refsFromFiles()
 		if err != nil {
 			return err
 		}
-		for _, r := range refs {
-			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
-			if err != nil {
-				return err
-			}
-			objs = append(objs, obj)
-		}
-		single = len(objs) == 1
-	default:
+		getEach(refs)
+	} else {
 		info, refs, err := s.refsFromArgs(true)
 		if err != nil {
 			return err
@@ -225,26 +248,40 @@ func cmdGet(s *session) error {
 					ns = "default"
 				}
 			}
-			objs, _, err = s.store.List(s.ctx, info.Kind, ns)
+			objs, _, err := s.store.List(s.ctx, info.Kind, ns)
 			if err != nil {
 				return err
 			}
-			return printObjects(s.out, info.Kind, objs, format, false, allNS && info.Namespaced)
-		}
-		for _, r := range refs {
-			obj, err := s.store.Get(s.ctx, r.kind.Kind, r.namespace, r.name)
-			if err != nil {
-				return err
+			for _, o := range objs {
+				clientView(o)
 			}
-			objs = append(objs, obj)
+			results = append(results, &objectList{TypeMeta: api.TypeMeta{Kind: info.Kind + "List"}, Items: objs})
+		} else {
+			getEach(refs)
 		}
-		single = len(objs) == 1
 	}
-	kind := ""
-	if len(objs) > 0 {
-		kind = objs[0].Type().Kind
+	p := &printer{w: s.out, out: out, printNamespace: allNS || s.c.String("namespace") != "", asNumber: s.defaultASNumber}
+	if err := p.print(results); err != nil {
+		return err
 	}
-	return printObjects(s.out, kind, objs, format, single, false)
+	return errors.Join(failed...)
+}
+
+// defaultASNumber is the AS number of nodes without their own, as
+// calicoctl's config "asnumber" reads it: BGPConfiguration default's, else
+// 64512; "unknown" when it cannot be read.
+func (s *session) defaultASNumber() string {
+	obj, err := s.store.Get(s.ctx, "BGPConfiguration", "", "default")
+	switch {
+	case errors.Is(err, datastore.ErrNotFound):
+		return "64512"
+	case err != nil:
+		return "unknown"
+	}
+	if c, ok := obj.(*api.BGPConfiguration); ok && c.Spec.ASNumber != nil {
+		return c.Spec.ASNumber.String()
+	}
+	return "64512"
 }
 
 // deleteOne deletes one resource. A Node takes everything of its own with
@@ -256,6 +293,12 @@ func cmdGet(s *session) error {
 // is the Kubernetes Node, the Node's own deletion is refused after the
 // cleanup (datastore.ErrNotSupported), as Calico's calicoctl refuses it.
 func (s *session) deleteOne(r ref) (api.Object, error) {
+	if err := readOnly("delete", r.kind.Kind, r.namespace, r.name); err != nil {
+		return nil, err
+	}
+	if r.kind.Kind == "IPPool" {
+		return s.deletePool(r.name)
+	}
 	if r.kind.Kind != "Node" {
 		return s.store.Delete(s.ctx, r.kind.Kind, r.namespace, r.name, "")
 	}
@@ -272,4 +315,35 @@ func (s *session) deleteOne(r ref) (api.Object, error) {
 		return nil, err
 	}
 	return node, nil
+}
+
+// poolDeleter is guard.Store's pool deletion, which reports what it left.
+type poolDeleter interface {
+	DeletePool(ctx context.Context, name, resourceVersion string) (api.Object, guard.PoolRelease, error)
+}
+
+// deletePool deletes an IP pool as libcalico-go does (disabled first, its
+// blocks' affinities released, empty blocks deleted) and warns about the
+// addresses still allocated from it.
+func (s *session) deletePool(name string) (api.Object, error) {
+	pd, ok := s.store.(poolDeleter)
+	if !ok {
+		return s.store.Delete(s.ctx, "IPPool", "", name, "")
+	}
+	obj, rep, err := pd.DeletePool(s.ctx, name, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.InUse) > 0 {
+		total := 0
+		blocks := make([]string, len(rep.InUse))
+		for i, b := range rep.InUse {
+			total += b.InUse
+			blocks[i] = fmt.Sprintf("%s (%d)", b.CIDR, b.InUse)
+		}
+		fmt.Fprintf(s.errOut, "Warning: IPPool(%s) is deleted but %d address(es) from it are still in use, in blocks %s: "+
+			"they stay allocated until their workloads are deleted or `calicoctl ipam release` frees them\n",
+			name, total, strings.Join(blocks, ", "))
+	}
+	return obj, nil
 }

@@ -3,7 +3,9 @@
 // etcd, Calico's etcdv3 key layout) and the Kubernetes API (package kdd,
 // Calico's "KDD": crd.projectcalico.org/v1 custom resources, Nodes, Pods,
 // Namespaces, ServiceAccounts and NetworkPolicies). Package connect picks
-// one from a Config.
+// one from a Config and wraps it in package guard, which adds the checks
+// Calico's clientv3 makes across resources (overlapping IP pools, policy
+// tiers) to every write.
 //
 // # API model
 //

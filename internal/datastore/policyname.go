@@ -1,6 +1,12 @@
 package datastore
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
+)
+
+// Naming rules shared by both backends.
 
 // Calico's tiered policy names (libcalico-go lib/names, v3.31), shared by
 // both backends so that a policy gets the same stored name, and comes back
@@ -80,4 +86,40 @@ func PolicyNameFromStored(stored, tier string) string {
 		return strings.TrimPrefix(stored, "default.")
 	}
 	return stored
+}
+
+// TierFromPolicyName is the tier Calico's clientv3 reports for a policy
+// read without spec.tier: a derived policy's own tier, else the part
+// before the first dot, else the default tier.
+func TierFromPolicyName(name string) string {
+	for _, p := range [...]struct{ prefix, tier string }{
+		{"knp.default.", "default"},
+		{"kanp.adminnetworkpolicy.", "adminnetworkpolicy"},
+		{"kbanp.baselineadminnetworkpolicy.", "baselineadminnetworkpolicy"},
+		{"ossg.", "default"},
+	} {
+		if strings.HasPrefix(name, p.prefix) {
+			return p.tier
+		}
+	}
+	if tier, _, ok := strings.Cut(name, "."); ok {
+		return tier
+	}
+	return "default"
+}
+
+// DefaultAllowProfileName is the Profile Calico provides on both
+// datastores without storing it: it allows everything, for endpoints that
+// must not be cut off (host endpoints list it).
+const DefaultAllowProfileName = "projectcalico-default-allow"
+
+// DefaultAllowProfile is that profile as Calico v3.31 shows it
+// (resourceVersion "1", no uid or creationTimestamp).
+func DefaultAllowProfile() *api.Profile {
+	p := &api.Profile{TypeMeta: api.TypeMeta{Kind: "Profile", APIVersion: api.GroupVersion}}
+	p.Name = DefaultAllowProfileName
+	p.ResourceVersion = "1"
+	p.Spec.Ingress = []api.Rule{{Action: api.Allow}}
+	p.Spec.Egress = []api.Rule{{Action: api.Allow}}
+	return p
 }

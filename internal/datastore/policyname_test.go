@@ -46,3 +46,21 @@ func TestPolicyNameFromStored(t *testing.T) {
 		}
 	}
 }
+
+// TestTierFromPolicyName: the tier clientv3 reports for a policy stored
+// without spec.tier (libcalico-go names.TierFromPolicyName).
+func TestTierFromPolicyName(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"allow-dns", "default"},
+		{"default.withprefix", "default"},
+		{"security.block-bad", "security"},
+		{"knp.default.web", "default"},
+		{"kanp.adminnetworkpolicy.a", "adminnetworkpolicy"},
+		{"kbanp.baselineadminnetworkpolicy.default", "baselineadminnetworkpolicy"},
+		{"ossg.default.sg1", "default"},
+	} {
+		if got := TierFromPolicyName(tc.name); got != tc.want {
+			t.Errorf("TierFromPolicyName(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -74,6 +74,11 @@ type Config struct {
 	// Logger receives warnings about values a List has to skip. Default:
 	// none.
 	Logger *slog.Logger
+	// NoProbe skips the Kubernetes datastore's check, at connect, that
+	// Calico's CRDs are served: for a short-lived client (the CNI plugin)
+	// whose first request would report a missing CRD anyway, one round
+	// trip less per command.
+	NoProbe bool
 }
 
 // KubeConfig locates the Kubernetes API server, as Calico's

@@ -42,6 +42,10 @@
 //	func (c *Client) Config(ctx) (Config, error)
 //	func (c *Client) SetConfig(ctx, Config) error
 //
+//	func ReadExport(ctx, kv datastore.KV) (*Export, error)  // all keys, as calicoctl's migration file holds them
+//	func (e *Export) RenameNodes(names map[string]string) error
+//	func (e *Export) Import(ctx, kv datastore.KV) (int, error) // each key created only if absent
+//
 // Errors wrap the sentinels ErrNoFreeAddresses, ErrAddressInUse,
 // ErrNotInPool, ErrPoolDisabled, ErrPoolNotFound, ErrNoPools, ErrBlockLimit,
 // ErrNotAllocated and ErrConflict (match with errors.Is).

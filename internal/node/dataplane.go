@@ -11,6 +11,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/overlay"
 	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
 )
 
@@ -21,10 +22,11 @@ const dataplaneResync = agent.DefaultRefreshInterval
 // dataplane are the felix-replacement actors. They program the network
 // namespace the process runs in.
 type dataplane struct {
-	endpoints  *agent.Endpoints  // workload host routes, veth sysctls
-	blackholes *agent.Blackholes // blackhole routes for this node's blocks
-	policy     *agent.Policy     // iptables and ipsets
-	overlay    *overlay.Overlay  // VXLAN and IP-in-IP devices and routes
+	ready      *agent.DatastoreReady // ClusterInformation's datastoreReady: gates the others
+	endpoints  *agent.Endpoints      // workload host routes, veth sysctls
+	blackholes *agent.Blackholes     // blackhole routes for this node's blocks
+	policy     *agent.Policy         // iptables and ipsets
+	overlay    *overlay.Overlay      // VXLAN and IP-in-IP devices and routes
 }
 
 // dataplane builds the dataplane actors on a's confwatch, route table and
@@ -33,22 +35,45 @@ type dataplane struct {
 // enforced, and running anyway would fail open.
 func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) {
 	node, felixEnv := b.cfg.node.NodeName, b.cfg.kube.felix.Spec // felixEnv: FELIX_*, may be nil
-	dp := &dataplane{}
+	// While a migration has the datastore locked, Felix programs nothing;
+	// so do the dataplane actors (BGP, like BIRD, carries on).
+	dp := &dataplane{ready: agent.NewDatastoreReady(a.confwatch, b.log)}
 	dp.endpoints = agent.NewEndpoints(node, a.confwatch, a.routes, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), b.log)
+	dp.endpoints.Gate = dp.ready
 	a.felixConfig.AddRouteRefresher(dp.endpoints)
 	blocks := func(ctx context.Context) <-chan ipam.BlockSnapshot {
 		return ipam.WatchBlocks(ctx, a.store.ipam(), b.log)
 	}
 	dp.blackholes = agent.NewBlackholes(node, blocks, a.routes, b.log)
+	dp.blackholes.Gate = dp.ready
 
+	// The host's iptables flavour, not the image's default: in the
+	// calico-node container `iptables` is the image's (xtables.DetectMode).
 	runner := xtables.ExecRunner{}
-	b4, err := xtables.Detect(ctx, runner, 4)
+	want := ""
+	if felixEnv != nil && felixEnv.IptablesBackend != nil {
+		switch *felixEnv.IptablesBackend {
+		case api.IptablesBackendLegacy:
+			want = "legacy"
+		case api.IptablesBackendNFTables:
+			want = "nft"
+		}
+	}
+	mode, err := xtables.DetectMode(ctx, runner, want)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: %w", err)
 	}
+	have := func(be xtables.Backend) error {
+		_, err := runner.Run(ctx, be.Save, []string{"--version"}, "")
+		return err
+	}
+	b4, b6 := xtables.BackendFor(mode, 4), xtables.BackendFor(mode, 6)
+	if err := have(b4); err != nil {
+		return nil, fmt.Errorf("dataplane: %w (is the iptables package installed?)", err)
+	}
 	metrics := xtables.NewMetrics(b.reg)
 	var v6 agent.Applier
-	if b6, err := xtables.Detect(ctx, runner, 6); err == nil {
+	if err := have(b6); err == nil {
 		v6 = xtablesApplier{xtables.New(b6, runner, metrics, b.log)}
 	} else {
 		b.log.Warn("no ip6tables: IPv6 policy is not programmed", "err", err)
@@ -62,6 +87,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 		Registerer: b.reg, Logger: b.log,
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
+	dp.policy.Gate = dp.ready
 
 	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log, FelixEnv: felixEnv}, overlay.Deps{
 		Updates: a.confwatch.Subscribe(overlay.Kinds()...),
@@ -69,6 +95,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 		Store:   a.store, IPAM: ipam.New(a.store.ipam(), a.store, b.log),
 		Kernel: a.nl, Routes: a.routes,
 		Health: b.agg.Register("overlay", true, true, 0),
+		Gate:   dp.ready,
 	})
 	return dp, nil
 }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -22,12 +24,22 @@ func newGroup(parent context.Context, logger *slog.Logger) *group {
 	return &group{parent: parent, log: logger}
 }
 
+// errSignalled is how the signal handler stops the group: a requested
+// stop, which run reports as success.
+var errSignalled = errors.New("stop requested by signal")
+
 // add runs fn as the actor name. Its ctx ends when the group stops; the
-// actor must then return.
+// actor must then return. An actor that returns nil before that has
+// stopped on its own, which stops the agent with an error saying so: the
+// process must not exit 0 (a DaemonSet pod "Completed") because a part of
+// it ended.
 func (g *group) add(name string, fn func(ctx context.Context) error) {
 	ctx, cancel := context.WithCancel(g.parent)
 	g.g.Add(func() error {
 		err := fn(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("%s stopped unexpectedly", name)
+		}
 		if err != nil {
 			g.log.Info(name+" stopped", "err", err)
 		} else {
@@ -41,8 +53,13 @@ func (g *group) add(name string, fn func(ctx context.Context) error) {
 }
 
 // run runs every actor and returns the first one's result once all have
-// returned.
-func (g *group) run() error { return g.g.Run() }
+// returned; nil when a signal stopped it.
+func (g *group) run() error {
+	if err := g.g.Run(); !errors.Is(err, errSignalled) {
+		return err
+	}
+	return nil
+}
 
 // after is fn started only once ready is closed: the order between actors
 // that matters, written where the actor is added. A group stopped before
@@ -76,6 +93,7 @@ func waitForSignal(logger *slog.Logger) func(ctx context.Context) error {
 		select {
 		case s := <-sig:
 			logger.Info("received signal, stopping", "signal", s.String())
+			return errSignalled
 		case <-ctx.Done():
 		}
 		return nil

@@ -296,12 +296,16 @@ func (a *actors) run(ctx context.Context) error {
 	if a.bgp != nil {
 		g.add("bgp", after(a.store.Ready(), a.bgp.Run))
 	}
-	// The dataplane (dataplane.go).
+	// The dataplane (dataplane.go), once the datastore's lock flag is
+	// known (which implies confwatch is in sync): while it says locked,
+	// the actors keep the kernel as it is.
 	if dp := a.dataplane; dp != nil {
-		g.add("endpoints", after(synced, dp.endpoints.Run))
-		g.add("blackholes", after(a.store.Ready(), dp.blackholes.Run))
-		g.add("policy", after(synced, dp.policy.Run))
-		g.add("overlay", after(a.store.Ready(), dp.overlay.Run))
+		g.add("datastore ready", dp.ready.Run)
+		known := dp.ready.Known()
+		g.add("endpoints", after(known, dp.endpoints.Run))
+		g.add("blackholes", after(known, dp.blackholes.Run))
+		g.add("policy", after(known, dp.policy.Run))
+		g.add("overlay", after(known, dp.overlay.Run))
 	}
 	// The CNI server needs no state of the agent's, only to run in the
 	// node's namespace, so it serves from the start.

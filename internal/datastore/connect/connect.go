@@ -1,5 +1,7 @@
 // Package connect opens the datastore a Config names: the etcd backend or
-// the Kubernetes (KDD) backend, both behind datastore.Store.
+// the Kubernetes (KDD) backend, both behind datastore.Store and both
+// wrapped in guard's cross-resource checks (overlapping IP pools, a pool's
+// CIDR and block size, policy tiers), so that every writer passes them.
 package connect
 
 import (
@@ -8,6 +10,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/guard"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 )
 
@@ -31,8 +34,17 @@ func unsupported(t string) error {
 }
 
 // New connects to the datastore cfg names and checks that it answers.
-// Configuration mistakes are *datastore.ConfigError.
+// Configuration mistakes are *datastore.ConfigError. The Store is a
+// *guard.Store.
 func New(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
+	s, err := open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return guard.New(s, cfg.Logger), nil
+}
+
+func open(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
 	switch t := cfg.EffectiveType(); t {
 	case datastore.TypeEtcd:
 		s, err := etcd.New(ctx, cfg)

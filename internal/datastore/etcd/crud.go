@@ -81,6 +81,12 @@ func (s *Store) write(ctx context.Context, op string, mode writeMode, in api.Obj
 	if k.info.Namespaced && namespace == "" {
 		return fail(errors.New("metadata.namespace must be set"))
 	}
+	if k.isDefaultAllow(name) {
+		if mode == modeCreate {
+			return fail(fmt.Errorf("%w: the profile %q is provided by Calico", datastore.ErrAlreadyExists, name))
+		}
+		return fail(fmt.Errorf("%w: the profile %q is provided by Calico and cannot be changed", datastore.ErrNotSupported, name))
+	}
 	var wantRev int64
 	if rv := m.ResourceVersion; rv != "" && mode != modeCreate {
 		if wantRev, err = parseRevision(rv); err != nil {
@@ -184,6 +190,9 @@ func (s *Store) Get(ctx context.Context, kind, namespace, name string) (api.Obje
 	fail := func(err error) (api.Object, error) {
 		return nil, &datastore.Error{Op: "get", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
 	}
+	if k.isDefaultAllow(name) {
+		return datastore.DefaultAllowProfile(), nil
+	}
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	resp, err := s.client.Get(ctx, key)
@@ -223,7 +232,27 @@ func (s *Store) List(ctx context.Context, kind, namespace string) ([]api.Object,
 	if err != nil {
 		return nil, 0, &datastore.Error{Op: "list", Kind: k.info.Kind, Namespace: namespace, Err: s.etcdErr(err)}
 	}
-	return objs, rev, nil
+	return withStatic(k.prefix, objs), rev, nil
+}
+
+// isDefaultAllow reports Calico's projectcalico-default-allow Profile,
+// which exists on every datastore without being stored.
+func (k *kindEntry) isDefaultAllow(name string) bool {
+	return k.info.Kind == "Profile" && name == datastore.DefaultAllowProfileName
+}
+
+// withStatic adds projectcalico-default-allow to the objects listed under
+// prefix when the prefix covers profiles, in List's order, as Calico's
+// etcd backend lists it (and as the Kubernetes datastore does).
+func withStatic(prefix string, objs []api.Object) []api.Object {
+	if !strings.HasPrefix(Prefix+"profiles/", prefix) {
+		return objs
+	}
+	objs = append(objs, datastore.DefaultAllowProfile())
+	slices.SortStableFunc(objs, func(a, b api.Object) int {
+		return cmp.Or(cmp.Compare(a.Type().Kind, b.Type().Kind), cmp.Compare(a.Meta().Namespace, b.Meta().Namespace), cmp.Compare(a.Meta().Name, b.Meta().Name))
+	})
+	return objs
 }
 
 // list reads every resource under prefix, reporting values that fail to
@@ -279,6 +308,9 @@ func (s *Store) Delete(ctx context.Context, kind, namespace, name, resourceVersi
 	}
 	fail := func(err error) (api.Object, error) {
 		return nil, &datastore.Error{Op: "delete", Kind: k.info.Kind, Namespace: namespace, Name: name, Err: err}
+	}
+	if k.isDefaultAllow(name) {
+		return fail(fmt.Errorf("%w: the profile %q is provided by Calico and cannot be deleted", datastore.ErrNotSupported, name))
 	}
 	var conds []clientv3.Cmp
 	if resourceVersion != "" {

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -97,6 +98,10 @@ func TestCRUD(t *testing.T) {
 				list, _, err := s.List(ctx, kind, ns)
 				if err != nil {
 					t.Fatalf("List: %v", err)
+				}
+				if kind == "Profile" {
+					// Calico's projectcalico-default-allow is always there.
+					list = slices.DeleteFunc(list, func(o api.Object) bool { return o.Meta().Name == datastore.DefaultAllowProfileName })
 				}
 				if len(list) != 1 || toJSON(t, list[0]) != toJSON(t, created) {
 					t.Errorf("List = %s, want just the created object", toJSON(t, list))
@@ -630,4 +635,69 @@ func TestEtcdGoesAway(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+}
+
+// TestDefaultAllowProfile: as Calico's etcd backend, the store shows
+// projectcalico-default-allow without storing it (Get, List, a watch's
+// Reset) and refuses to write or delete it.
+func TestDefaultAllowProfile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv)
+	ctx := testCtx(t)
+	got, err := s.Get(ctx, "Profile", "", datastore.DefaultAllowProfileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.(*api.Profile)
+	if p.ResourceVersion != "1" || len(p.Spec.Ingress) != 1 || p.Spec.Ingress[0].Action != api.Allow || len(p.Spec.Egress) != 1 || p.Spec.Egress[0].Action != api.Allow {
+		t.Errorf("default-allow profile: %s", toJSON(t, p))
+	}
+	mine, err := s.Create(ctx, decodeDoc(t, `{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"zz-mine"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, rev, err := s.List(ctx, "Profile", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(list); !slices.Equal(got, []string{datastore.DefaultAllowProfileName, "zz-mine"}) {
+		t.Errorf("List = %v", got)
+	}
+	// A watch from a compacted revision starts with a Reset.
+	if _, err := s.Create(ctx, decodeDoc(t, `{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"zz-later"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err = s.List(ctx, "Profile", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Compact(t, rev)
+	for _, kind := range []string{"Profile", ""} {
+		wctx, cancel := context.WithCancel(ctx)
+		ev := nextEvent(t, s.Watch(wctx, kind, rv(t, mine)))
+		if ev.Type != datastore.Reset || !slices.Contains(names(ev.Objects), datastore.DefaultAllowProfileName) {
+			t.Errorf("Watch(%q) first event %v %v, want a Reset with the default-allow profile", kind, ev.Type, names(ev.Objects))
+		}
+		cancel()
+	}
+	if resp, err := s.Etcd().Get(ctx, Prefix+"profiles/"+datastore.DefaultAllowProfileName); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("the default-allow profile was stored: %v %v", resp, err)
+	}
+	for op, err := range map[string]error{
+		"create": func() error { _, err := s.Create(ctx, datastore.DefaultAllowProfile()); return err }(),
+		"update": func() error { _, err := s.Update(ctx, datastore.DefaultAllowProfile()); return err }(),
+		"apply":  func() error { _, err := s.Apply(ctx, datastore.DefaultAllowProfile()); return err }(),
+		"delete": func() error {
+			_, err := s.Delete(ctx, "Profile", "", datastore.DefaultAllowProfileName, "")
+			return err
+		}(),
+	} {
+		want := datastore.ErrNotSupported
+		if op == "create" {
+			want = datastore.ErrAlreadyExists
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", op, err, want)
+		}
+	}
 }

@@ -24,7 +24,7 @@ const (
 	profileNameLabel                 = "projectcalico.org/name"
 	// defaultAllowName is the profile Calico provides that allows
 	// everything (host endpoints that must not be cut off list it).
-	defaultAllowName = "projectcalico-default-allow"
+	defaultAllowName = datastore.DefaultAllowProfileName
 )
 
 type profileMapper struct {
@@ -104,14 +104,7 @@ func pastTense(mode writeMode) string {
 	return "applied"
 }
 
-func defaultAllowProfile() *api.Profile {
-	p := &api.Profile{TypeMeta: api.TypeMeta{Kind: "Profile", APIVersion: api.GroupVersion}}
-	p.Name = defaultAllowName
-	p.ResourceVersion = "1"
-	p.Spec.Ingress = []api.Rule{{Action: api.Allow}}
-	p.Spec.Egress = []api.Rule{{Action: api.Allow}}
-	return p
-}
+func defaultAllowProfile() *api.Profile { return datastore.DefaultAllowProfile() }
 
 // namespaceProfile is Calico's NamespaceToProfile.
 func namespaceProfile(ns *coreMeta) (*api.Profile, error) {

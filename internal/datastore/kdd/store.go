@@ -131,6 +131,9 @@ func New(ctx context.Context, cfg datastore.Config) (*Store, error) {
 	s := &Store{c: c, requestTimeout: requestTimeout, logger: logger, ctx: sctx, cancel: cancel}
 	s.mappers = newMappers(s)
 	s.kv = newIPAMKV(s)
+	if cfg.NoProbe {
+		return s, nil
+	}
 	pctx, pcancel := context.WithTimeout(ctx, cmp.Or(cfg.DialTimeout, defaultDialTimeout))
 	defer pcancel()
 	if err := s.probe(pctx); err != nil {

@@ -81,21 +81,15 @@ func (c *FelixConfiguration) Default() {
 	}
 }
 
-// Default implements Object: fills types from the rules present and keeps
-// the default tier implicit (an explicit "default" is cleared, as Calico
-// never stores it for default-tier policies).
+// Default implements Object: fills types from the rules present. The tier
+// is left as written: Calico stores an explicit "tier: default" as it is,
+// and a policy without one without it.
 func (p *NetworkPolicy) Default() {
-	if p.Spec.Tier == DefaultTierName {
-		p.Spec.Tier = ""
-	}
 	defaultPolicyTypes(p.Spec.Ingress, p.Spec.Egress, &p.Spec.Types)
 }
 
 // Default implements Object; see NetworkPolicy.Default.
 func (p *GlobalNetworkPolicy) Default() {
-	if p.Spec.Tier == DefaultTierName {
-		p.Spec.Tier = ""
-	}
 	defaultPolicyTypes(p.Spec.Ingress, p.Spec.Egress, &p.Spec.Types)
 }
 

@@ -24,8 +24,9 @@ func TestDefaults(t *testing.T) {
 			`{"selector":"all()","types":["Ingress"]}`},
 		{"policy egress only", doc("GlobalNetworkPolicy", "name: p", "egress: [{action: Allow}]"),
 			`{"egress":[{"action":"Allow","source":{},"destination":{}}],"types":["Egress"]}`},
+		// An explicit default tier is kept, as Calico stores it.
 		{"policy both", doc("NetworkPolicy", "name: p\nnamespace: ns", "tier: default\ningress: [{action: Deny}]\negress: [{action: Allow}]"),
-			`{"ingress":[{"action":"Deny","source":{},"destination":{}}],"egress":[{"action":"Allow","source":{},"destination":{}}],"types":["Ingress","Egress"]}`},
+			`{"tier":"default","ingress":[{"action":"Deny","source":{},"destination":{}}],"egress":[{"action":"Allow","source":{},"destination":{}}],"types":["Ingress","Egress"]}`},
 		{"policy explicit types kept", doc("NetworkPolicy", "name: sec.p\nnamespace: ns", "tier: sec\ningress: [{action: Deny}]\ntypes: [Egress]"),
 			`{"tier":"sec","ingress":[{"action":"Deny","source":{},"destination":{}}],"types":["Egress"]}`},
 		{"felix", doc("FelixConfiguration", "name: default", "ipipEnabled: true"),

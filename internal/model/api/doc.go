@@ -20,9 +20,9 @@
 // Validate would have refused: every consumer skips it and logs (or
 // reports) the *PoolError naming it, once per change of the pool.
 //
-// Deliberate choices: the default tier stays implicit (Spec.Tier empty,
-// TierName() reports "default") so default-tier policies are stored as
-// Calico stores them; Default never repairs what Validate should reject (an
+// Deliberate choices: a policy's tier is stored as written (Spec.Tier
+// empty or "default"; TierName() reports "default" for both), as Calico
+// stores it; Default never repairs what Validate should reject (an
 // IPPool CIDR with host bits set is refused, as Calico refuses it); an
 // IPPool's "spec.disable", a misspelling found in circulating manifests, is
 // read as "disabled"; calicoctl v1 ipPool, bgpPeer, node and hostEndpoint

@@ -13,8 +13,8 @@ type NetworkPolicy struct {
 
 // NetworkPolicySpec is the desired state of a NetworkPolicy.
 type NetworkPolicySpec struct {
-	// Tier is left empty for the default tier (see TierName) so that
-	// default-tier policies are written without it, as Calico writes them.
+	// Tier is the policy's tier; empty means the default tier (see
+	// TierName). It is stored as written, as Calico stores it.
 	Tier                   string                  `json:"tier,omitempty"`
 	Order                  *float64                `json:"order,omitempty"`
 	Ingress                []Rule                  `json:"ingress,omitempty"`

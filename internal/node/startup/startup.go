@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/node/autodetect"
@@ -81,7 +82,7 @@ func Run(ctx context.Context, store Store, src autodetect.Source, cfg Config, lo
 	if cfg.NodeName == "" {
 		return nil, errors.New("node name is empty: set NODENAME or --nodename")
 	}
-	if err := ensureClusterInformation(ctx, store, cfg); err != nil {
+	if err := ensureClusterInformation(ctx, store, cfg, log); err != nil {
 		return nil, err
 	}
 	if err := ensureTiers(ctx, store); err != nil {
@@ -302,13 +303,17 @@ func checkConflicts(ctx context.Context, store Store, node *api.Node) error {
 	return nil
 }
 
-func ensureClusterInformation(ctx context.Context, store Store, cfg Config) error {
+// ensureClusterInformation creates the ClusterInformation if there is
+// none. A locked datastore (datastoreReady false: a migration is in
+// progress) does not stop start-up, as it does not stop calico-node's: the
+// node registers, and the dataplane waits for the unlock.
+func ensureClusterInformation(ctx context.Context, store Store, cfg Config, log *slog.Logger) error {
 	obj, err := store.Get(ctx, "ClusterInformation", "", "default")
 	switch {
 	case err == nil:
 		ci := obj.(*api.ClusterInformation)
 		if ci.Spec.DatastoreReady != nil && !*ci.Spec.DatastoreReady {
-			return errors.New("the datastore is marked not ready (ClusterInformation default has datastoreReady: false); an upgrade or migration is in progress")
+			log.Warn("the datastore is locked (ClusterInformation default has datastoreReady: false; a migration or upgrade is in progress): the dataplane waits until `calicoctl datastore migrate unlock`")
 		}
 		return nil
 	case !errors.Is(err, datastore.ErrNotFound):
@@ -480,9 +485,5 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, data, 0o644)
 }

@@ -210,8 +210,20 @@ func TestDatastoreNotReady(t *testing.T) {
 	ci.Kind, ci.APIVersion, ci.Name = "ClusterInformation", api.GroupVersion, "default"
 	ci.Spec.DatastoreReady = &notReady
 	m.Create(context.Background(), ci)
-	if _, err := Run(context.Background(), m, host, baseConfig(t), quiet()); err == nil || !strings.Contains(err.Error(), "datastoreReady: false") {
-		t.Errorf("not-ready datastore: %v", err)
+	// Start-up goes on, as calico-node's does (Felix waits instead), and
+	// leaves the lock alone.
+	if _, err := Run(context.Background(), m, host, baseConfig(t), quiet()); err != nil {
+		t.Fatalf("start-up on a locked datastore: %v", err)
+	}
+	obj, err := m.Get(context.Background(), "ClusterInformation", "", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := obj.(*api.ClusterInformation).Spec.DatastoreReady; r == nil || *r {
+		t.Errorf("start-up changed the lock: datastoreReady %v", r)
+	}
+	if _, err := m.Get(context.Background(), "Node", "", baseConfig(t).NodeName); err != nil {
+		t.Errorf("node not registered on a locked datastore: %v", err)
 	}
 }
 
@@ -306,7 +318,7 @@ func TestClusterTypeRecordsKDD(t *testing.T) {
 			s := typedStore{newMem(), tc.typ}
 			cfg := baseConfig(t)
 			cfg.ClusterType = tc.configured
-			if err := ensureClusterInformation(context.Background(), s, cfg); err != nil {
+			if err := ensureClusterInformation(context.Background(), s, cfg, quiet()); err != nil {
 				t.Fatal(err)
 			}
 			ci := s.objs["ClusterInformation/default"].(*api.ClusterInformation)

@@ -23,14 +23,16 @@ type Binaries struct {
 	APIServer         string
 	ControllerManager string
 	Kubectl           string
-	// Kubelet is only run by StartNode; it is built with the others so
-	// that `make kube-bins` fills the whole cache in one go.
-	Kubelet string
+	// Kubelet is only run by StartNode, Scheduler only by clusters
+	// started WithScheduler; they are built with the others so that
+	// `make kube-bins` fills the whole cache in one go.
+	Kubelet   string
+	Scheduler string
 }
 
 // binaryNames are the programs built, in build order; kube-apiserver first
 // because most of the compile work is shared with the others.
-var binaryNames = []string{"kube-apiserver", "kube-controller-manager", "kubectl", "kubelet"}
+var binaryNames = []string{"kube-apiserver", "kube-controller-manager", "kubectl", "kubelet", "kube-scheduler"}
 
 // BinDir is the directory holding (or receiving) the binaries of Version.
 func BinDir() (string, error) {
@@ -51,6 +53,7 @@ func binariesIn(dir string) Binaries {
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Kubectl:           filepath.Join(dir, "kubectl"),
 		Kubelet:           filepath.Join(dir, "kubelet"),
+		Scheduler:         filepath.Join(dir, "kube-scheduler"),
 	}
 }
 

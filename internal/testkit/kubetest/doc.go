@@ -9,8 +9,11 @@
 // Start(t) returns a ready *Cluster: /readyz answers, the "default"
 // ServiceAccount of the "default" namespace exists (so Pods can be
 // created), and everything is stopped, by PID, in t.Cleanup, also when the
-// test fails. There is no kubelet and no scheduler: Pods created with
-// spec.nodeName stay Pending, which is what controller and CNI tests need.
+// test fails. There is no kubelet and, unless WithScheduler, no scheduler:
+// Pods created with spec.nodeName stay Pending, which is what controller
+// and CNI tests need. WithControllers adds kube-controller-manager
+// controllers (e.g. "daemonset-controller"; with WithScheduler and a node,
+// a DaemonSet then runs there).
 // The pod-GC and node-lifecycle controllers are deliberately not run (they
 // would delete or evict pods bound to nodes that have no kubelet); the
 // namespace controller is, so deleted namespaces really go away. Without a
@@ -33,10 +36,15 @@
 // leftover shims and pod processes, unmounts, removes its cgroups, and
 // removes the KUBE-*/CNI-* iptables chains (and empty nftables tables) and
 // restores the sysctls kubelet changed, compared with a snapshot taken
-// before it started.
+// before it started. Node.ImportImage loads an OCI archive (package
+// ociimage) into its containerd. WithCNIDirs points containerd at other
+// CNI directories, e.g. the standard /opt/cni/bin and /etc/cni/net.d a
+// CNI DaemonSet writes; PrivateHostPaths makes such host paths the test's
+// own in a private mount namespace (netnstest.Reexec with PrivateMounts),
+// so the machine's are never written.
 //
-// EnsureBinaries builds kube-apiserver, kube-controller-manager, kubectl
-// and kubelet (Kubernetes Version) into the cache directory BinDir() when they are
+// EnsureBinaries builds kube-apiserver, kube-controller-manager, kubectl,
+// kubelet and kube-scheduler (Kubernetes Version) into the cache directory BinDir() when they are
 // missing. `make kube-bins` calls it once before the test packages run;
 // a test process that finds the cache empty builds too, under a file lock,
 // so parallel test binaries never build twice. A cold build takes several

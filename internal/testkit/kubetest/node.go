@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -58,6 +59,17 @@ type Node struct {
 	cgroup  string
 }
 
+// NodeOption changes what StartNode runs.
+type NodeOption func(*Node)
+
+// WithCNIDirs makes containerd take CNI plugins from binDir and the
+// conflist from confDir, e.g. the standard /opt/cni/bin and /etc/cni/net.d
+// that a CNI DaemonSet's hostPath volumes name (made private to the test
+// with PrivateHostDirs).
+func WithCNIDirs(binDir, confDir string) NodeOption {
+	return func(n *Node) { n.CNIBinDir, n.CNIConfDir = binDir, confDir }
+}
+
 // StartNode runs containerd (Debian's, with its CRI plugin, and runc) and
 // kubelet Version as node NodeName of c, in the caller's network
 // namespace, and waits until kubelet has registered the Node. That
@@ -69,7 +81,7 @@ type Node struct {
 // every pod (kubelet runs CNI DEL), stops both by PID, kills what they
 // left, unmounts, and restores the iptables chains and sysctls kubelet
 // changed. c must have been started with WithAPIServerArgs(NodeAPIServerArgs()...).
-func StartNode(t testing.TB, c *Cluster) *Node {
+func StartNode(t testing.TB, c *Cluster, opts ...NodeOption) *Node {
 	t.Helper()
 	if os.Getenv("CALICO_KUBE_TESTS") == "skip" {
 		t.Skip("CALICO_KUBE_TESTS=skip: not running kubelet")
@@ -113,6 +125,9 @@ func StartNode(t testing.TB, c *Cluster) *Node {
 		KubeletLog: filepath.Join(dir, "kubelet.log"), ContainerdLog: filepath.Join(dir, "containerd.log"),
 	}
 	n.CRIEndpoint = "unix://" + n.sock
+	for _, o := range opts {
+		o(n)
+	}
 	base := takeBaseline()
 	var procs []*process
 	t.Cleanup(func() { n.stop(t, procs, base) })
@@ -301,6 +316,17 @@ func (n *Node) WaitReady(t testing.TB, timeout time.Duration) {
 	}
 }
 
+// ImportImage imports an OCI image archive (package ociimage, `make
+// image`) into the node's containerd under the name it carries: kubelet
+// then runs it for a pod naming it with imagePullPolicy IfNotPresent or
+// Never, no registry asked.
+func (n *Node) ImportImage(t testing.TB, archive string) {
+	t.Helper()
+	if out, err := n.ctr("images", "import", archive); err != nil {
+		t.Fatalf("kubetest: import %s: %v\n%s", archive, err, out)
+	}
+}
+
 func (n *Node) ctr(args ...string) (string, error) {
 	out, err := exec.Command("ctr", append([]string{"-a", n.sock, "-n", "k8s.io"}, args...)...).CombinedOutput()
 	return string(out), err
@@ -321,7 +347,7 @@ func (n *Node) writeNodeCredentials(path string) error {
 	if err := ca.Issue(leaf, certFile, keyFile); err != nil {
 		return err
 	}
-	return writeKubeconfig(path, n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
+	return WriteKubeconfig(path, "kubetest", n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
 }
 
 // stop undoes StartNode. Pods go first, through the API, so that kubelet
@@ -498,43 +524,12 @@ func RemoveChain(cmd, table, chain string) {
 		line := sc.Text()
 		if strings.HasPrefix(line, "-A ") && (strings.HasSuffix(line, " -j "+chain) || strings.Contains(line, " -j "+chain+" ") ||
 			strings.HasSuffix(line, " -g "+chain) || strings.Contains(line, " -g "+chain+" ")) {
-			args := append([]string{"-t", table, "-D"}, splitRule(strings.TrimPrefix(line, "-A "))...)
+			args := append([]string{"-t", table, "-D"}, xtables.SplitRule(strings.TrimPrefix(line, "-A "))...)
 			exec.Command(cmd, args...).Run()
 		}
 	}
 	exec.Command(cmd, "-t", table, "-F", chain).Run()
 	exec.Command(cmd, "-t", table, "-X", chain).Run()
-}
-
-// splitRule splits an iptables-save rule into arguments, honouring the
-// double quotes iptables-save puts around comments.
-func splitRule(s string) []string {
-	var out []string
-	var cur strings.Builder
-	inQ, have := false, false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case ch == '\\' && inQ && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-		case ch == '"':
-			inQ, have = !inQ, true
-		case ch == ' ' && !inQ:
-			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(ch)
-			have = true
-		}
-	}
-	if have {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // iptablesChains lists "iptables TABLE CHAIN" and "ip6tables TABLE CHAIN"

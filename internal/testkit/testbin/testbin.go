@@ -2,12 +2,15 @@
 //
 // `make test` builds the binary once and exports CALICO_NODE_BIN; a plain
 // `go test` of one package builds it into a temporary directory instead, at
-// most once per test process.
+// most once per test process, as `make build` does (CGO_ENABLED=0, the
+// urfave_cli_no_docs tag).
 //
 // Thread safety: Path and Dir are safe to call from parallel tests.
 package testbin
 
 import (
+	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +19,10 @@ import (
 	"testing"
 )
 
+// The binaries built for this test process, each at most once.
 var (
-	once     sync.Once
-	built    string
-	buildErr error
-	buildOut []byte
+	built       = sync.OnceValues(func() (string, error) { return buildInto("calico-node-bin-") })
+	builtStatic = sync.OnceValues(func() (string, error) { return buildInto("calico-node-static-") })
 )
 
 // Path returns the absolute path of the calico-node binary.
@@ -29,21 +31,66 @@ func Path(t testing.TB) string {
 	if p := os.Getenv("CALICO_NODE_BIN"); p != "" {
 		return p
 	}
-	once.Do(func() {
-		dir, err := os.MkdirTemp("", "calico-node-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		built = filepath.Join(dir, "calico-node")
-		cmd := exec.Command("go", "build", "-o", built, ".")
-		cmd.Dir = RepoRoot()
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("build calico-node: %v\n%s", buildErr, buildOut)
+	p, err := built()
+	if err != nil {
+		t.Fatalf("build calico-node: %v", err)
 	}
-	return built
+	return p
+}
+
+// Static returns a statically linked calico-node, as the image holds it:
+// Path when that is one (`make build`'s is), else one built once per test
+// process (CALICO_NODE_BIN may be a developer's cgo build).
+func Static(t testing.TB) string {
+	t.Helper()
+	p := Path(t)
+	if static, err := isStatic(p); err != nil {
+		t.Fatalf("calico-node binary %s: %v", p, err)
+	} else if static {
+		return p
+	}
+	p, err := builtStatic()
+	if err != nil {
+		t.Fatalf("build static calico-node: %v", err)
+	}
+	return p
+}
+
+// buildInto builds calico-node into a new temporary directory named
+// prefix* and returns its path.
+func buildInto(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "calico-node")
+	if out, err := build(p); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, out)
+	}
+	return p, nil
+}
+
+// build builds calico-node as `make build` does.
+func build(out string) ([]byte, error) {
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", out, ".")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd.CombinedOutput()
+}
+
+// isStatic reports whether an ELF executable has no program interpreter.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Dir returns a fresh directory holding calico-node and the symlinks

@@ -1,5 +1,5 @@
 // Command kubebins fills the kubetest binary cache (kube-apiserver,
-// kube-controller-manager, kubectl, kubelet) before the test packages run, so that
+// kube-controller-manager, kubectl, kubelet, kube-scheduler) before the test packages run, so that
 // `make test` builds them once instead of racing test binaries for the lock.
 // It prints the cache directory.
 package main
@@ -32,5 +32,6 @@ func run() error {
 	fmt.Println(bins.ControllerManager)
 	fmt.Println(bins.Kubectl)
 	fmt.Println(bins.Kubelet)
+	fmt.Println(bins.Scheduler)
 	return nil
 }
