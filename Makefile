@@ -103,7 +103,7 @@ bench-dataplane: deps build
 # latency and burst throughput. KDD_SCALE_AGENTS, KDD_SCALE_NODES,
 # KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST scale it.
 bench-kdd-scale: kube-bins
-	$(GO) test -count=1 -run '^$$' -bench BenchmarkKDDScale -benchtime 1x -timeout 60m ./confwatch/
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkKDDScale -benchtime 1x -timeout 150m ./confwatch/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

@@ -268,7 +268,11 @@ func (w *Watcher) reset(objs []api.Object) {
 		k := KeyOf(o)
 		e := entry{obj: o, rev: revisionOf(o)}
 		next[k] = e
-		if cur, ok := w.cache[k]; !ok || cur.rev != e.rev {
+		// The versions compared as strings: the Kubernetes datastore's
+		// profiles have "<namespace's>/" or "/<service account's>",
+		// which parse to no number, and a Remote's cache holds its own
+		// sequence (remote.go), not the object's number.
+		if cur, ok := w.cache[k]; !ok || o.Meta().ResourceVersion == "" || cur.obj.Meta().ResourceVersion != o.Meta().ResourceVersion {
 			ups = append(ups, Update{Type: Set, Key: k, Object: o})
 		}
 	}

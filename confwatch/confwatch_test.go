@@ -240,3 +240,33 @@ func TestNextHonoursContext(t *testing.T) {
 		t.Errorf("Next on an idle subscription with a done ctx = %v", err)
 	}
 }
+
+// profile is a Profile as the Kubernetes datastore computes it from a
+// Namespace: its resourceVersion is "<namespace's>/", not a number.
+func profile(name, rv, env string) api.Object {
+	p := &api.Profile{}
+	p.Kind, p.APIVersion, p.Name = "Profile", api.GroupVersion, name
+	p.ResourceVersion = rv
+	p.Spec.LabelsToApply = map[string]string{"env": env}
+	return p
+}
+
+// Objects whose resourceVersion is not a number (KDD's profiles) still
+// reach subscribers when a Reset brings a new version of them.
+func TestResetDiffNonNumericVersions(t *testing.T) {
+	f := newFake()
+	f.objs["Profile"] = []api.Object{profile("kns.a", "10/", "dev"), profile("kns.b", "11/", "dev")}
+	w, _ := start(t, f)
+	s := w.Subscribe("Profile")
+	next(t, s)
+	f.events <- datastore.Event{Type: datastore.Reset, Revision: 50, Objects: []api.Object{
+		profile("kns.a", "10/", "dev"), profile("kns.b", "42/", "prod"),
+	}}
+	ups := next(t, s)
+	if got := names(ups); !equal(got, []string{"set:Profile(kns.b)"}) {
+		t.Fatalf("reset diff = %v, want only the changed profile", got)
+	}
+	if env := ups[0].Object.(*api.Profile).Spec.LabelsToApply["env"]; env != "prod" {
+		t.Errorf("profile kns.b env = %q after the reset, want prod", env)
+	}
+}

@@ -245,6 +245,10 @@ type scaleRun struct {
 	updates      int64   // updates all agents received after their snapshots
 	warnings     int64   // warnings all agents logged (watch failures, relists)
 	terminated   float64 // watchers the API server closed for being too slow
+
+	// The machine's load average (1, 5, 15 min) when the fleet started
+	// and when it was measured: the harness shares its cores.
+	loadBefore, loadAfter string
 }
 
 func (r scaleRun) watchesPerAgent() float64 { return r.watches / float64(r.k) }
@@ -279,6 +283,7 @@ func (r scaleRun) table() string {
 	}
 	slices.Sort(byRes)
 	row("agents (processes)", "%d (%d), %s", r.k, r.procs, r.mode)
+	row("load average (1/5/15 min)", "%s at the start, %s at the end", r.loadBefore, r.loadAfter)
 	if r.inSync < r.k {
 		row("**did not get in sync**", "%d of %d agents after %.0f s; %v LIST requests (%.1f per agent); API server CPU %.1f s, agents' %.1f s per agent",
 			r.inSync, r.k, r.syncAll.Seconds(), r.lists, r.lists/float64(r.k), r.startCPU.Seconds(), r.agentsCPU.Seconds()/float64(r.k))
@@ -348,10 +353,11 @@ func summaryTable(runs []scaleRun) string {
 
 // measure starts a fleet of k agents (in mode "fanout" behind one hub),
 // measures it, and stops it.
-func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) scaleRun {
+func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (r scaleRun) {
 	tb.Helper()
 	ctx := context.Background()
-	r := scaleRun{k: k, mode: mode}
+	r = scaleRun{k: k, mode: mode, loadBefore: loadAverage()}
+	defer func() { r.loadAfter = loadAverage() }()
 	apiPID := c.kc.APIServerPID
 	// The fleet's own share of the API server: watches, goroutines and
 	// memory counted from before the hub (if any) started; requests and CPU
@@ -915,6 +921,15 @@ func (f *fleet) stopNow() {
 			fp.proc.Kill()
 		}
 	}
+}
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if fs := strings.Fields(string(data)); err == nil && len(fs) >= 3 {
+		return strings.Join(fs[:3], " ")
+	}
+	return "?"
 }
 
 // procCPU is the user+system CPU time of process pid, from /proc (clock

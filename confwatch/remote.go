@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"sync"
 	"time"
@@ -34,10 +33,13 @@ const (
 // reconnects (with backoff) and delivers the new snapshot as a Reset, which
 // the Watcher turns into ordinary updates.
 //
-// Revisions: Set events carry their object's resourceVersion, so the
-// Watcher's "newer than what I hold" check keeps working; the server
-// already delivers changes in order, so a Delete carries the largest
-// revision and always applies.
+// Revisions: the server delivers every change in order and a connection
+// has no gap to replay, so a change must always apply. Events carry a
+// sequence of their connection that starts above the highest
+// resourceVersion of its snapshot: the Watcher's "newer than what I hold"
+// check then passes for every change, even for objects whose
+// resourceVersion is no number (the Kubernetes datastore's profiles) or
+// whose number is not the datastore's revision.
 //
 // Thread safety: List and Watch may be called from any goroutine.
 type Remote struct {
@@ -61,7 +63,8 @@ type remoteConn struct {
 	conn     net.Conn
 	dec      *json.Decoder
 	snapshot []api.Object
-	rev      int64
+	rev      int64 // the snapshot's highest resourceVersion
+	seq      int64 // the last event's revision; starts at rev
 }
 
 // wireFrame is a frame of either stream; U is T, a wireUpdate or a
@@ -128,6 +131,7 @@ func (r *Remote) connect(ctx context.Context) (*remoteConn, error) {
 		rc.snapshot = append(rc.snapshot, obj)
 		rc.rev = max(rc.rev, revisionOf(obj))
 	}
+	rc.seq = rc.rev
 	return rc, nil
 }
 
@@ -258,9 +262,10 @@ func (r *Remote) stream(ctx context.Context, rc *remoteConn, want string, out ch
 			if err != nil {
 				return err
 			}
-			ev := datastore.Event{Type: datastore.Modified, Object: obj, Revision: revisionOf(obj)}
+			rc.seq++
+			ev := datastore.Event{Type: datastore.Modified, Object: obj, Revision: rc.seq}
 			if u.Type == Delete.String() {
-				ev.Type, ev.Revision = datastore.Deleted, math.MaxInt64
+				ev.Type = datastore.Deleted
 			}
 			if !send(ctx, out, ev) {
 				return ctx.Err()

@@ -344,3 +344,41 @@ func TestFanOutServesKV(t *testing.T) {
 		t.Errorf("watch of another prefix: %s, want an error naming the served prefix", describe(ev))
 	}
 }
+
+// Changes to objects whose resourceVersion is not a number (KDD's
+// profiles: "<namespace's>/") reach agents through the fan-out, live and
+// after a reconnection.
+func TestFanOutNonNumericVersions(t *testing.T) {
+	f := newFake()
+	f.objs["Profile"] = []api.Object{profile("kns.a", "10/", "dev")}
+	fo := startFanOut(t, f, ServerConfig{}, nil)
+	a, _ := start(t, NewRemote(fo.dial, quiet()))
+	s := a.Subscribe("Profile")
+	next(t, s)
+	env := func(ups []Update) string {
+		t.Helper()
+		if len(ups) != 1 || ups[0].Type != Set {
+			t.Fatalf("updates %v, want one set", names(ups))
+		}
+		return ups[0].Object.(*api.Profile).Spec.LabelsToApply["env"]
+	}
+	f.events <- datastore.Event{Type: datastore.Modified, Object: profile("kns.a", "12/", "test"), Revision: 12}
+	if got := env(next(t, s)); got != "test" {
+		t.Errorf("agent's kns.a env = %q, want test", got)
+	}
+	f.events <- datastore.Event{Type: datastore.Modified, Object: profile("kns.a", "13/", "prod"), Revision: 13}
+	if got := env(next(t, s)); got != "prod" {
+		t.Errorf("agent's kns.a env = %q, want prod", got)
+	}
+
+	hubSub := fo.hub.Subscribe("Profile")
+	next(t, hubSub)
+	addr := fo.addr
+	fo.stop()
+	f.events <- datastore.Event{Type: datastore.Modified, Object: profile("kns.a", "14/", "staging"), Revision: 14}
+	next(t, hubSub)
+	fo.serve(t, addr, ServerConfig{}, nil)
+	if got := env(next(t, s)); got != "staging" {
+		t.Errorf("agent's kns.a env after reconnecting = %q, want staging", got)
+	}
+}
