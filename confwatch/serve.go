@@ -70,7 +70,8 @@ type ServerConfig struct {
 	WriteTimeout time.Duration
 	// Heartbeat is how long a client may go without a frame before it
 	// gets a ping, so that it can tell a quiet server from a dead
-	// connection; default 10 s.
+	// connection; default 10 s. Keep it well under 30 s, the silence
+	// after which a Remote drops the connection and reconnects.
 	Heartbeat time.Duration
 	Logger    *slog.Logger
 	// Registerer receives the server's metrics; nil for none.
