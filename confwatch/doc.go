@@ -10,8 +10,8 @@
 //	                                  ├─► Subscription.Next(): Snapshot, then Set/Delete batches
 //	                                  └─► Synced(): closed once the cache is complete
 //
-// Design: Run lists every kind, then watches all kinds from the lowest list
-// revision. Lists of different kinds happen at different revisions, so an
+// Design: Run lists every kind (a failed list is retried, not the ones
+// before it), then watches all kinds from the lowest list revision. Lists of different kinds happen at different revisions, so an
 // event is applied only when its revision is newer than what the cache holds
 // for that key; replaying the gap is then harmless. A datastore Reset (the
 // watch revision was compacted) is diffed against the cache and delivered as
