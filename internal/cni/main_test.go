@@ -31,6 +31,14 @@ const (
 
 func TestMain(m *testing.M) {
 	switch {
+	case os.Getenv(agentSocketEnv) != "":
+		// A child playing an agent in its own mount namespace
+		// (startMountNSAgent).
+		if err := runMountNSAgent(os.Getenv(agentSocketEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	case os.Getenv(nodeNetNSEnv) != "":
 		if err := setupNode(); err != nil {
 			fmt.Fprintln(os.Stderr, "set up the test node namespace:", err)

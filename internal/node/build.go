@@ -85,12 +85,13 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 		if a.dataplane, err = b.dataplane(ctx, a); err != nil {
 			return nil, err
 		}
-		if cfg.cniSocket != "" {
-			// The plugin processes on this node hand their commands to
-			// it (package cnientry) and fall back to running them
-			// themselves while it is not there.
-			a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
-		}
+	}
+	if cfg.cniSocket != "" {
+		// The plugin processes on this node hand their commands to it
+		// (package cnientry) and fall back to running them themselves
+		// while it is not there. It needs no dataplane: it does what
+		// the plugin would, so --dataplane=none serves it too.
+		a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
 	}
 	if err := b.kube(a); err != nil { // run_k8s.go
 		return nil, err
