@@ -21,7 +21,7 @@ import (
 )
 
 // Kinds are the resource kinds the actor needs from confwatch.
-func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool"} }
+func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool", "BGPFilter"} }
 
 // Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
 // implements it.
@@ -151,6 +151,7 @@ type state struct {
 	peers   map[string]*calicoapi.BGPPeer
 	configs map[string]*calicoapi.BGPConfiguration
 	pools   map[string]calicoapi.Pool // parsed; a pool that does not parse is absent
+	filters map[string]*calicoapi.BGPFilter
 }
 
 // apply folds confwatch updates into the state. An IPPool is parsed here,
@@ -166,6 +167,8 @@ func (st *state) apply(ups []confwatch.Update, log *slog.Logger) {
 			setOrDelete(st.peers, name, o, del)
 		case *calicoapi.BGPConfiguration:
 			setOrDelete(st.configs, name, o, del)
+		case *calicoapi.BGPFilter:
+			setOrDelete(st.filters, name, o, del)
 		case *calicoapi.IPPool:
 			delete(st.pools, name)
 			if del {
@@ -266,6 +269,7 @@ func (a *Actor) Run(ctx context.Context) error {
 	st := &state{
 		nodes: map[string]*calicoapi.Node{}, peers: map[string]*calicoapi.BGPPeer{},
 		configs: map[string]*calicoapi.BGPConfiguration{}, pools: map[string]calicoapi.Pool{},
+		filters: map[string]*calicoapi.BGPFilter{},
 	}
 	var (
 		haveConf, dirty, importDirty bool
@@ -425,8 +429,10 @@ type reconciler struct {
 	in       RoutingInput
 	adverts  []Advert
 	problems map[string]bool
-	last     []routes.Route
-	secrets  bool // some session has a password (or a missing one)
+	// filterProblems are the BGPFilter rules last found unusable.
+	filterProblems map[string]bool
+	last           []routes.Route
+	secrets        bool // some session has a password (or a missing one)
 }
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
@@ -493,7 +499,16 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	r.adverts = Adverts(r.in)
 	a.metrics.exported.Set(float64(len(r.adverts)))
 	var errs []error
-	errs = append(errs, a.sp.syncFilter(ctx, Filter(r.in, d.Sessions)))
+	f := Filter(r.in, d.Sessions, d.PeerFilters, st.filters)
+	fprobs := map[string]bool{}
+	for _, p := range f.Problems {
+		if !r.filterProblems[p] {
+			a.log.Warn("BGP configuration problem", "problem", p)
+		}
+		fprobs[p] = true
+	}
+	r.filterProblems = fprobs
+	errs = append(errs, a.sp.syncFilter(ctx, f))
 	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
 	return errors.Join(errs...)

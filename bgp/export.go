@@ -3,6 +3,7 @@ package bgp
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -398,11 +399,31 @@ type ExportFilter struct {
 	// next hop (keepOriginalNextHop / nextHopMode Keep on eBGP sessions);
 	// SelfNextHop those that get ours (nextHopMode Self).
 	KeepNextHop, SelfNextHop []netip.Addr
+	// PeerFilters are the sessions whose BGPPeers name BGPFilters, by
+	// filter list; Specs the filters named that exist. They apply, in
+	// order, before everything above, to export and import alike.
+	PeerFilters []PeerFilterSet
+	Specs       map[string]api.BGPFilterSpec
+	// Problems are rules that cannot be applied (logged, not fatal).
+	Problems []string
 }
 
-// Filter computes the export filter.
-func Filter(in RoutingInput, sessions []Session) ExportFilter {
+// Filter computes the export filter; peerFilters are Desired.PeerFilters,
+// filters the BGPFilters by name.
+func Filter(in RoutingInput, sessions []Session, peerFilters map[netip.Addr][]string, filters map[string]*api.BGPFilter) ExportFilter {
 	var f ExportFilter
+	f.PeerFilters = peerFilterSets(peerFilters)
+	for _, set := range f.PeerFilters {
+		for _, name := range set.Filters {
+			if bf := filters[name]; bf != nil {
+				if f.Specs == nil {
+					f.Specs = map[string]api.BGPFilterSpec{}
+				}
+				f.Specs[name] = bf.Spec
+			}
+		}
+	}
+	f.Problems = buildFilterPolicy(f.PeerFilters, f.Specs).problems
 	for _, pl := range in.pools() {
 		if pl.DisableBGPExport {
 			f.Reject = append(f.Reject, pl.CIDR)
@@ -427,7 +448,8 @@ func Filter(in RoutingInput, sessions []Session) ExportFilter {
 
 func (f ExportFilter) equal(g ExportFilter) bool {
 	return slices.Equal(f.Reject, g.Reject) && slices.Equal(f.Accept, g.Accept) && slices.Equal(f.Exact, g.Exact) &&
-		slices.Equal(f.KeepNextHop, g.KeepNextHop) && slices.Equal(f.SelfNextHop, g.SelfNextHop)
+		slices.Equal(f.KeepNextHop, g.KeepNextHop) && slices.Equal(f.SelfNextHop, g.SelfNextHop) &&
+		reflect.DeepEqual(f.PeerFilters, g.PeerFilters) && reflect.DeepEqual(f.Specs, g.Specs)
 }
 
 func comparePrefix(a, b netip.Prefix) int {
