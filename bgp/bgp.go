@@ -70,6 +70,22 @@ type Config struct {
 	Logger  *slog.Logger
 	// Registerer, when set, gets the actor's metrics.
 	Registerer prometheus.Registerer
+	// Services, when set, supplies the Kubernetes Services whose
+	// addresses this node advertises one by one (*ServiceWatcher).
+	Services ServiceSource
+}
+
+// ServiceSource supplies Services for per-service advertisement;
+// *ServiceWatcher implements it.
+type ServiceSource interface {
+	// Services returns the current Services; ok is false until they are
+	// known.
+	Services() (svcs []Service, ok bool)
+	// Changed is signalled when Services may return something new.
+	Changed() <-chan struct{}
+	// Enable starts the watch; called once a service range is configured
+	// (confd starts its route generator only then, and keeps it).
+	Enable()
 }
 
 // Actor is the BGP speaker actor.
@@ -282,10 +298,16 @@ func (a *Actor) Run(ctx context.Context) error {
 	)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	var svcCh <-chan struct{}
+	if a.cfg.Services != nil {
+		svcCh = a.cfg.Services.Changed()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-svcCh:
+			dirty = true
 		case ups := <-confCh:
 			st.apply(ups, a.log)
 			haveConf, dirty = true, true
@@ -474,6 +496,13 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		Identity: d.Identity, Pools: pools,
 		Global: st.configs["default"], NodeConfig: st.configs["node."+a.cfg.NodeName],
 		IPAM: ipam,
+	}
+	if a.cfg.Services != nil {
+		if g := r.in.Global; g != nil &&
+			len(g.Spec.ServiceClusterIPs)+len(g.Spec.ServiceExternalIPs)+len(g.Spec.ServiceLoadBalancerIPs) > 0 {
+			a.cfg.Services.Enable()
+		}
+		r.in.Services, _ = a.cfg.Services.Services()
 	}
 	g := globalConf{routerID: d.Identity.RouterID, as: d.Identity.AS, port: d.Identity.Port()}
 	if a.cfg.ListenPort != 0 {

@@ -59,6 +59,14 @@
 // change; one that does not parse is logged with its name and counts as
 // absent for export, import and blackholes alike.
 //
+// Services (services.go): every node advertises the BGPConfiguration
+// service ranges as confd's updateGlobalRoutes does (serviceCIDRs); a
+// ServiceWatcher keeps the cluster's Services and EndpointSlices, and
+// serviceRoutes adds the /32s (/128s) Calico's route generator would: for
+// externalTrafficPolicy Local Services with a ready endpoint here, for
+// Cluster ones with single-address LoadBalancer or external IPs, and with
+// serviceLoadBalancerAggregation Disabled for any with a ready endpoint.
+//
 // BGPFilters named by a BGPPeer's filters run before that export policy
 // and on import, as confd's BIRD functions do (bgpfilter.go): gobgp keeps
 // per-peer policies for route-server clients only, so each rule is a

@@ -355,7 +355,7 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 	}
 	prefixSet("calico-no-export-pools", f.Reject, false, api.RouteAction_REJECT)
 	prefixSet("calico-pools", f.Accept, false, api.RouteAction_ACCEPT)
-	prefixSet("calico-services", f.Exact, true, api.RouteAction_ACCEPT)
+	prefixSet("calico-services", f.Services, false, api.RouteAction_ACCEPT)
 	pol := &api.Policy{Name: exportPolicy, Statements: stmts}
 	req.Policies = []*api.Policy{pol}
 	req.Assignments = []*api.PolicyAssignment{{

@@ -424,7 +424,7 @@ func TestRBACIsEnough(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// The CNI plugin's reads.
+	// The CNI plugin's and BGP's reads.
 	c.CreateNamespace(t, "apps", map[string]string{"team": "a"})
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -439,6 +439,12 @@ func TestRBACIsEnough(t *testing.T) {
 		"get pod":       func() error { _, err := sa.CoreV1().Pods("apps").Get(ctx, "web", metav1.GetOptions{}); return err },
 		"get namespace": func() error { _, err := sa.CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{}); return err },
 		"get node":      func() error { _, err := sa.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); return err },
+		// BGP's per-service advertisement.
+		"list services": func() error { _, err := sa.CoreV1().Services("").List(ctx, metav1.ListOptions{}); return err },
+		"list endpointslices": func() error {
+			_, err := sa.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+			return err
+		},
 	} {
 		if err := call(); err != nil {
 			t.Errorf("%s as calico-node: %v", what, err)
@@ -860,6 +866,9 @@ func kddAccess() []access {
 	}
 	for _, r := range []string{"bgppeers", "hostendpoints", "felixconfigurations", "bgpconfigurations"} {
 		out = append(out, access{verb: "delete", group: crdGroup, resource: r})
+	}
+	for _, v := range []string{"list", "watch"} { // BGP's per-service advertisement
+		out = append(out, access{verb: v, resource: "services"}, access{verb: v, group: "discovery.k8s.io", resource: "endpointslices"})
 	}
 	out = append(out,
 		access{verb: "patch", resource: "nodes/status"},
