@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/internal/ipam"
@@ -23,25 +22,5 @@ func TestBlackholes(t *testing.T) {
 		netip.MustParsePrefix("fd00::/122"):  "n1",
 		netip.MustParsePrefix("10.0.3.0/26"): "",
 	}}
-	want := "10.0.0.0/26 10.0.1.0/26 fd00::/122 "
-	deadline := time.After(5 * time.Second)
-	for {
-		s.mu.Lock()
-		got := ""
-		for _, r := range s.got[routes.SourceBlackhole] {
-			if r.Type != routes.Blackhole {
-				t.Fatalf("not a blackhole: %+v", r)
-			}
-			got += r.Dst.String() + " "
-		}
-		s.mu.Unlock()
-		if got == want {
-			return
-		}
-		select {
-		case <-s.ch:
-		case <-deadline:
-			t.Fatalf("blackholes %q, want %q", got, want)
-		}
-	}
+	s.wait(t, routes.SourceBlackhole, "10.0.0.0/26 blackhole", "10.0.1.0/26 blackhole", "fd00::/122 blackhole")
 }

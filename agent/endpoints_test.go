@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -73,23 +74,25 @@ func (s *sink) Set(src string, rs []routes.Route) {
 	}
 }
 
-func (s *sink) wait(t *testing.T, want string) {
+// wait waits until the routes of source are want (as Route.String shows
+// them).
+func (s *sink) wait(t *testing.T, source string, want ...string) {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		s.mu.Lock()
-		var got string
-		for _, r := range s.got[routes.SourceWorkloads] {
-			got += r.Dst.String() + "@" + r.Dev + " "
+		var got []string
+		for _, r := range s.got[source] {
+			got = append(got, r.String())
 		}
 		s.mu.Unlock()
-		if got == want {
+		if slices.Equal(got, want) {
 			return
 		}
 		select {
 		case <-s.ch:
 		case <-deadline:
-			t.Fatalf("routes = %s, want %s", got, want)
+			t.Fatalf("%s routes %q, want %q", source, got, want)
 		}
 	}
 }
@@ -117,11 +120,11 @@ func TestEndpointsActor(t *testing.T) {
 	e := NewEndpoints("n1", w, s, sysctl, time.Hour, quiet())
 	go e.Run(ctx)
 
-	s.wait(t, "10.0.0.1/32@cali1 ")
+	s.wait(t, routes.SourceWorkloads, "10.0.0.1/32 dev cali1")
 	src.events <- datastore.Event{Type: datastore.Added, Object: wep("n1", "b", "cali2", 10, "10.0.0.2/32"), Revision: 10}
-	s.wait(t, "10.0.0.1/32@cali1 10.0.0.2/32@cali2 ")
+	s.wait(t, routes.SourceWorkloads, "10.0.0.1/32 dev cali1", "10.0.0.2/32 dev cali2")
 	src.events <- datastore.Event{Type: datastore.Deleted, Object: wep("n1", "a", "cali1", 2, "10.0.0.1/32"), Revision: 11}
-	s.wait(t, "10.0.0.2/32@cali2 ")
+	s.wait(t, routes.SourceWorkloads, "10.0.0.2/32 dev cali2")
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -178,13 +181,13 @@ func TestEndpointsRefresh(t *testing.T) {
 			s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
 			e := NewEndpoints("n1", w, s, sysctl, tc.initial, quiet())
 			go e.Run(ctx)
-			s.wait(t, "10.0.0.1/32@cali1 ")
+			s.wait(t, routes.SourceWorkloads, "10.0.0.1/32 dev cali1")
 			if tc.later >= 0 {
 				e.SetRefreshInterval(tc.later)
 			}
 			// The endpoint of a veth that is not there yet.
 			src.events <- datastore.Event{Type: datastore.Added, Object: wep("n1", "b", "cali2", 10, "10.0.0.2/32"), Revision: 10}
-			s.wait(t, "10.0.0.1/32@cali1 10.0.0.2/32@cali2 ")
+			s.wait(t, routes.SourceWorkloads, "10.0.0.1/32 dev cali1", "10.0.0.2/32 dev cali2")
 			time.Sleep(100 * time.Millisecond) // a change in flight settles
 			before := count("net/ipv4/conf/cali1/proxy_arp")
 			mu.Lock()

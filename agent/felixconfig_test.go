@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -19,10 +18,12 @@ import (
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 func TestRouteRefreshInterval(t *testing.T) {
@@ -77,24 +78,6 @@ func TestParseLogLevel(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the test reads while the actors write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // recorder is a Refresher that remembers the last interval it was given.
 type recorder struct {
 	mu  sync.Mutex
@@ -118,12 +101,7 @@ func (r *recorder) last() (time.Duration, bool) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	polltest.Until(t, 10*time.Second, what, cond)
 }
 
 func felixConfig(name string, spec api.FelixConfigurationSpec) *api.FelixConfiguration {
@@ -139,11 +117,7 @@ func startWatch(t *testing.T) (datastore.Store, *confwatch.Watcher, context.Cont
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	w := confwatch.New(store, quiet(), nil)
 	go w.Run(ctx)
 	return store, w, ctx
@@ -154,7 +128,7 @@ func startWatch(t *testing.T) (datastore.Store, *confwatch.Watcher, context.Cont
 // it field by field, deletes fall back.
 func TestFelixConfigFollowsDatastore(t *testing.T) {
 	store, w, ctx := startWatch(t)
-	logs := &syncBuffer{}
+	logs := &proctest.Log{}
 	level := new(slog.LevelVar)
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	rec := &recorder{}
@@ -227,7 +201,7 @@ func TestFelixConfigEnvironmentWins(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
-	logs := &syncBuffer{}
+	logs := &proctest.Log{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	rec := &recorder{}
 	env := &api.FelixConfigurationSpec{RouteRefreshInterval: &api.Duration{Duration: 5 * time.Second}}

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,23 +22,16 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // fakeUpdates is a confwatch subscription fed by the test.
 type fakeUpdates struct{ ch chan []confwatch.Update }
 
-func (f *fakeUpdates) Next(ctx context.Context) ([]confwatch.Update, error) {
-	select {
-	case ups := <-f.ch:
-		return ups, nil
-	case <-ctx.Done():
-		return nil, confwatch.ErrClosed
-	}
-}
+func (f *fakeUpdates) Updates(context.Context) <-chan []confwatch.Update { return f.ch }
 
 func set(objs ...api.Object) []confwatch.Update {
 	var ups []confwatch.Update
@@ -91,16 +83,6 @@ func (r *fakeReporter) get() (bool, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ready, r.detail
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -225,7 +207,7 @@ func TestActorsOnLoopback(t *testing.T) {
 	}
 	etcd := etcdtest.Start(t)
 	kv := etcd.Client(t)
-	portA, portB := freeTCPPort(t), freeTCPPort(t)
+	portA, portB := proctest.FreePort(t), proctest.FreePort(t)
 	snapshot := set(
 		typed(node("a", "127.0.0.1/8"), "Node"), typed(node("b", "127.0.0.2/8"), "Node"),
 		typed(ippool("pool", "10.244.0.0/16", nil), "IPPool"),
@@ -360,10 +342,6 @@ func ipamStoreOf(t testing.TB, kv *clientv3.Client) IPAMStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: kv.Endpoints()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, kv.Endpoints())
 	return store.IPAM()
 }

@@ -24,9 +24,9 @@ import (
 func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool", "BGPFilter"} }
 
 // Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
-// implements it.
+// implements it. The channel closes when ctx ends.
 type Updates interface {
-	Next(ctx context.Context) ([]confwatch.Update, error)
+	Updates(ctx context.Context) <-chan []confwatch.Update
 }
 
 // RouteSink takes the complete set of routes a source wants in the kernel;
@@ -243,20 +243,7 @@ func (a *Actor) Run(ctx context.Context) error {
 		}
 	}
 
-	confCh := make(chan []confwatch.Update)
-	wg.Go(func() {
-		for {
-			ups, err := a.updates.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case confCh <- ups:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
+	confCh := a.updates.Updates(ctx)
 	wg.Go(func() {
 		newIPAMWatch(a.kv, a.cfg.NodeName, a.log, func(s IPAMState) {
 			a.imu.Lock()
@@ -308,7 +295,10 @@ func (a *Actor) Run(ctx context.Context) error {
 			return nil
 		case <-svcCh:
 			dirty = true
-		case ups := <-confCh:
+		case ups, ok := <-confCh:
+			if !ok {
+				return nil // ctx ended
+			}
 			st.apply(ups, a.log)
 			haveConf, dirty = true, true
 		case <-a.ipamDirty:

@@ -20,10 +20,10 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -76,11 +76,7 @@ func newFabric(t testing.TB) *fabric {
 	f.kv = f.etcd.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: f.etcd.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, f.etcd.Endpoints)
 	f.store = store
 	f.bridge = f.newNS("br")
 	f.ip(f.bridge, "link", "add", "br0", "type", "bridge")
@@ -336,6 +332,20 @@ func (f *fabric) applyYAML(path string) {
 // label sets labels on a registered Node.
 func (f *fabric) label(node string, kv ...string) {
 	f.t.Helper()
+	f.updateNode(node, "label", func(n *api.Node) {
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			n.Labels[kv[i]] = kv[i+1]
+		}
+	})
+}
+
+// updateNode applies change to a registered Node, retrying while the
+// node's agent registers it or races the write; what names the change.
+func (f *fabric) updateNode(node, what string, change func(*api.Node)) {
+	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(20 * time.Second)
@@ -343,18 +353,13 @@ func (f *fabric) label(node string, kv ...string) {
 		obj, err := f.store.Get(ctx, "Node", "", node)
 		if err == nil {
 			n := obj.(*api.Node)
-			if n.Labels == nil {
-				n.Labels = map[string]string{}
-			}
-			for i := 0; i+1 < len(kv); i += 2 {
-				n.Labels[kv[i]] = kv[i+1]
-			}
+			change(n)
 			if _, err = f.store.Update(ctx, n); err == nil {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("label node %s: %v", node, err)
+			f.t.Fatalf("%s node %s: %v", what, node, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -154,23 +154,11 @@ func TestAdverts(t *testing.T) {
 	}
 }
 
+// routeStrings renders routes as routes.Route.String does.
 func routeStrings(rs []routes.Route) []string {
 	var out []string
 	for _, r := range rs {
-		s := r.Dst.String()
-		if r.Type == routes.Blackhole {
-			s += " blackhole"
-		}
-		if r.Via.IsValid() {
-			s += " via " + r.Via.String()
-		}
-		if r.Dev != "" {
-			s += " dev " + r.Dev
-		}
-		if r.OnLink {
-			s += " onlink"
-		}
-		out = append(out, s)
+		out = append(out, r.String())
 	}
 	return out
 }

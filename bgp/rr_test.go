@@ -1,7 +1,6 @@
 package bgp
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -43,21 +42,5 @@ func TestCalicoNodeRouteReflector(t *testing.T) {
 // setClusterID sets spec.bgp.routeReflectorClusterID on a registered Node.
 func (f *fabric) setClusterID(node, id string) {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		obj, err := f.store.Get(ctx, "Node", "", node)
-		if err == nil {
-			n := obj.(*api.Node)
-			n.Spec.BGP.RouteReflectorClusterID = id
-			if _, err = f.store.Update(ctx, n); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("set cluster ID on %s: %v", node, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	f.updateNode(node, "set the cluster ID of", func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = id })
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +13,10 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/projectcalico/calico-node/internal/testkit/goldentest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // env is a test node: CNI directories, a service account and etcd TLS
 // files in temporary directories.
@@ -104,19 +103,7 @@ func mustNew(t *testing.T, cfg Config) *Installer {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	goldentest.Check(t, filepath.Join("testdata", name), got)
 }
 
 func readFile(t *testing.T, path string, wantMode os.FileMode) []byte {
@@ -300,13 +287,7 @@ func fileContains(path, s string) bool {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, "the condition", cond)
 }
 
 // TestBadTemplate: a broken template stops the agent at start with the

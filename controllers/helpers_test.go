@@ -1,15 +1,12 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // env is a Kubernetes control plane and a Calico datastore.
@@ -34,7 +31,7 @@ type env struct {
 	store datastore.Store
 	kv    datastore.KV // IPAM's storage
 	ipam  *ipam.Client
-	logs  *syncBuffer
+	logs  *proctest.Log
 }
 
 func newEnv(t *testing.T) *env {
@@ -43,18 +40,7 @@ func newEnv(t *testing.T) *env {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("controller logs:\n%s", e.logs.String())
-		}
-	})
-	return e
+	return envOn(t, ctx, kube, storetest.Etcd(t, ctx, srv.Endpoints))
 }
 
 // newKDDEnv is an env whose Calico datastore is the Kubernetes API itself
@@ -62,44 +48,22 @@ func newEnv(t *testing.T) *env {
 func newKDDEnv(t *testing.T) *env {
 	t.Helper()
 	kube := kubetest.Start(t)
-	if out, err := kube.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := kube.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	kube.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: kube.Kubeconfig}})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &syncBuffer{}}
+	return envOn(t, ctx, kube, storetest.KDD(t, ctx, kube))
+}
+
+// envOn is the env of kube and store; the controllers' logs are shown
+// when the test fails.
+func envOn(t *testing.T, ctx context.Context, kube *kubetest.Cluster, store datastore.Store) *env {
+	e := &env{ctx: ctx, kube: kube, store: store, kv: store.IPAM(), ipam: ipam.New(store.IPAM(), store, nil), logs: &proctest.Log{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", e.logs.String())
 		}
 	})
 	return e
-}
-
-// syncBuffer is a log sink shared by the controllers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // logger logs to the env's buffer as instance.
@@ -171,17 +135,7 @@ func (in *instance) stop(t *testing.T) {
 // eventually retries check until it returns nil or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	polltest.Eventually(t, timeout, "the check to pass", check)
 }
 
 // never checks that check keeps failing (returns non-nil) for d.

@@ -205,7 +205,6 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 		first, ok := gc.candidates[keyOf(a)]
 		return ok && now.Sub(first) >= grace
 	}
-	var opts []ipam.ReleaseOptions
 	var allocs []*ipam.Allocation
 	for _, a := range report.SortedAllocations() {
 		if !confirmed(a) {
@@ -222,26 +221,20 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 			delete(gc.candidates, keyOf(a))
 			continue
 		}
-		addr, err := netip.ParseAddr(a.IP)
-		if err != nil {
+		if _, err := netip.ParseAddr(a.IP); err != nil {
 			continue
 		}
-		opts = append(opts, ipam.ReleaseOptions{Addr: addr, Handle: a.Handle, SequenceNumber: a.SequenceNumber})
 		allocs = append(allocs, a)
 	}
-	if len(opts) == 0 {
-		return nil
-	}
-	unallocated, err := gc.c.ipam.Release(ctx, opts...)
+	released, err := gc.c.releaseAllocations(ctx, allocs)
 	if err != nil {
 		return fmt.Errorf("release leaked addresses: %w", err)
 	}
-	for i, o := range opts {
-		a := allocs[i]
+	for i, a := range allocs {
 		k := keyOf(a)
 		first := gc.candidates[k]
 		delete(gc.candidates, k)
-		if slices.Contains(unallocated, o.Addr) {
+		if !released[i] {
 			continue // changed since the check: not ours to release
 		}
 		gc.c.metrics.gcReclaimed.Inc()
@@ -250,6 +243,33 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	}
 	gc.c.metrics.gcCandidates.Set(float64(len(gc.candidates)))
 	return nil
+}
+
+// releaseAllocations releases allocs, each only while its handle and
+// sequence number still match, so that an address allocated again since
+// the caller read it is kept. released[i] reports whether allocs[i] was
+// released.
+func (c *Controllers) releaseAllocations(ctx context.Context, allocs []*ipam.Allocation) (released []bool, err error) {
+	opts := make([]ipam.ReleaseOptions, len(allocs))
+	for i, a := range allocs {
+		addr, err := netip.ParseAddr(a.IP)
+		if err != nil {
+			return nil, fmt.Errorf("allocation %q: %w", a.IP, err)
+		}
+		opts[i] = ipam.ReleaseOptions{Addr: addr, Handle: a.Handle, SequenceNumber: a.SequenceNumber}
+	}
+	released = make([]bool, len(allocs))
+	if len(opts) == 0 {
+		return released, nil
+	}
+	unallocated, err := c.ipam.Release(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	for i, o := range opts {
+		released[i] = !slices.Contains(unallocated, o.Addr)
+	}
+	return released, nil
 }
 
 func allConfirmed(as []*ipam.Allocation, confirmed func(*ipam.Allocation) bool) bool {

@@ -469,7 +469,6 @@ func (nc *nodeController) releaseNodeAddresses(ctx context.Context, name string,
 	if err != nil {
 		return fmt.Errorf("read IPAM: %w", err)
 	}
-	var opts []ipam.ReleaseOptions
 	var allocs []*ipam.Allocation
 	for _, a := range report.SortedAllocations() {
 		if a.Node != name {
@@ -485,21 +484,16 @@ func (nc *nodeController) releaseNodeAddresses(ctx context.Context, name string,
 			log.Info("keeping an address of unknown use on the removed node", "ip", a.IP, "handle", a.Handle)
 			continue
 		}
-		opts = append(opts, ipam.ReleaseOptions{Addr: addr, Handle: a.Handle, SequenceNumber: a.SequenceNumber})
 		allocs = append(allocs, a)
 	}
-	if len(opts) == 0 {
-		return nil
-	}
-	unallocated, err := nc.c.ipam.Release(ctx, opts...)
+	released, err := nc.c.releaseAllocations(ctx, allocs)
 	if err != nil {
 		return fmt.Errorf("release addresses of %s: %w", name, err)
 	}
-	for i, o := range opts {
-		if slices.Contains(unallocated, o.Addr) {
+	for i, a := range allocs {
+		if !released[i] {
 			continue
 		}
-		a := allocs[i]
 		log.Info("released address of removed node", "ip", a.IP, "handle", a.Handle, "pod", podOf(a), "type", a.Type)
 	}
 	return nil

@@ -33,13 +33,13 @@ import (
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // The files a user applies: per datastore, the RBAC (ServiceAccount and
@@ -474,31 +474,8 @@ func TestRBACIsEnough(t *testing.T) {
 
 	// The controllers, with the manifest's lease and nothing but its RBAC.
 	srv := etcdtest.Start(t)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	saKube, err := kube.New(c.ConfigForToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl, err := controllers.New(controllers.Config{
-		Enabled: controllers.All, Identity: "node-1",
-		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-	}, saKube, store, ipam.New(store.IPAM(), store, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("controllers: %v", err)
-		}
-	}()
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
+	runControllers(t, ctx, c, token, controllers.Config{Enabled: controllers.All}, store, ipam.New(store.IPAM(), store, nil))
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny-all", Namespace: "apps"}}
 	if _, err := c.Client.NetworkingV1().NetworkPolicies("apps").Create(ctx, np, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -699,18 +676,14 @@ func TestKDD(t *testing.T) {
 	t.Run("the controllers clean up a deleted node", func(t *testing.T) {
 		// The operator's configuration for node-2, written as admin; the
 		// address and block the CNI plugin takes on it, as calico-node.
-		admin, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
+		admin := storetest.KDD(t, ctx, c)
 		store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{
 			APIEndpoint: c.URL, CAFile: c.CAFile, Token: token,
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer store.Close()
+		t.Cleanup(func() { store.Close() }) // after the controllers stop
 		if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -735,26 +708,9 @@ func TestKDD(t *testing.T) {
 		}
 
 		// The manifest's controllers, with nothing but the RBAC.
-		saKube, err := kube.New(c.ConfigForToken(token))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctrl, err := controllers.New(controllers.Config{
-			Enabled: []string{controllers.Node, controllers.IPAMGC}, Datastore: datastore.TypeKubernetes, Identity: "node-1",
-			LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-		}, saKube, store, ipamc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- ctrl.Run(runCtx) }()
-		defer func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("controllers: %v", err)
-			}
-		}()
+		runControllers(t, ctx, c, token, controllers.Config{
+			Enabled: []string{controllers.Node, controllers.IPAMGC}, Datastore: datastore.TypeKubernetes,
+		}, store, ipamc)
 
 		if err := c.Client.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -893,4 +849,29 @@ func allowed(ctx context.Context, t *testing.T, cs kubernetes.Interface, a acces
 		t.Fatalf("access review %s: %v", a, err)
 	}
 	return r.Status.Allowed
+}
+
+// runControllers runs the controllers as the manifest's service account
+// (token), as node-1 with a short lease, until the test ends.
+func runControllers(t *testing.T, ctx context.Context, c *kubetest.Cluster, token string, cfg controllers.Config, store datastore.Store, ipamc controllers.IPAM) {
+	t.Helper()
+	saKube, err := kube.New(c.ConfigForToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Identity = "node-1"
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+	ctrl, err := controllers.New(cfg, saKube, store, ipamc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("controllers: %v", err)
+		}
+	})
 }

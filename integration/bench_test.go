@@ -18,11 +18,10 @@ import (
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/confwatch"
-	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // BenchmarkDataplane measures the policy dataplane at scale (make
@@ -132,11 +131,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := etcdtest.Start(b)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Etcd(b, ctx, srv.Endpoints)
 	var target *api.NetworkPolicy
 	for _, o := range objs {
 		if _, err := store.Create(ctx, o); err != nil {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -32,10 +31,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -72,12 +73,7 @@ func newNode(t *testing.T) *node {
 	t.Cleanup(cancel)
 	n := &node{t: t, ctx: ctx, binDir: testbin.Dir(t), dataDir: t.TempDir()}
 	n.etcd = etcdtest.Start(t)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: n.etcd.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
-	n.store = store
+	n.store = storetest.Etcd(t, ctx, n.etcd.Endpoints)
 	n.kube = newFakeKube(t)
 	n.setupUplink()
 
@@ -95,6 +91,7 @@ func newNode(t *testing.T) *node {
 			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},
 		}},
 	})
+	var err error
 	if n.conf, err = libcni.ConfListFromBytes(conf); err != nil {
 		t.Fatalf("libcni rejects the config: %v", err)
 	}
@@ -297,16 +294,7 @@ func listenEcho(t *testing.T, ports ...int) error {
 		if err != nil {
 			return err
 		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
+		netnstest.Serve(t, l, func(c net.Conn) { io.Copy(c, c) })
 		u, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return err
@@ -462,8 +450,7 @@ func newFakeKube(t *testing.T) *fakeKube {
 	}))
 	t.Cleanup(f.srv.Close)
 	f.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
-	if err := os.WriteFile(f.caFile, ca, 0o600); err != nil {
+	if err := pkitest.WriteCert(f.caFile, f.srv.Certificate().Raw); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -18,6 +18,7 @@
 //	ctl/        calicoctl's verbs
 //	kube/       the small Kubernetes REST client and Lease elector
 //	buildinfo/  the version stamped at build time
+//	atomicfile/ files replaced whole (temporary file and rename)
 //	testkit/    test harnesses; no shipped package imports them
 //
 // The dataplane's kernel parts (iptables, routes, overlays) live beside the

@@ -96,21 +96,11 @@ func blocks(kv ...string) ipam.BlockSnapshot {
 	return s
 }
 
-// routeStrings renders routes as "dst via X dev Y [onlink]".
+// routeStrings renders routes as routes.Route.String does.
 func routeStrings(rs []routes.Route) []string {
 	var out []string
 	for _, r := range rs {
-		s := r.Dst.String()
-		if r.Via.IsValid() {
-			s += " via " + r.Via.String()
-		}
-		if r.Dev != "" {
-			s += " dev " + r.Dev
-		}
-		if r.OnLink {
-			s += " onlink"
-		}
-		out = append(out, s)
+		out = append(out, r.String())
 	}
 	return out
 }

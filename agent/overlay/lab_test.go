@@ -28,6 +28,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
@@ -255,17 +256,7 @@ func (l *lab) serve(nsName string, addr netip.Addr) {
 	if err != nil {
 		l.t.Fatalf("listen in %s: %v", nsName, err)
 	}
-	l.t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(nsName))
-			c.Close()
-		}
-	}()
+	netnstest.Serve(l.t, ln, func(c net.Conn) { c.Write([]byte(nsName)) })
 }
 
 // dial connects from namespace fromNS to addr:8080 and returns what the
@@ -289,17 +280,7 @@ func dial(fromNS string, addr netip.Addr) (string, error) {
 // eventually retries check until it returns nil or the time is up.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, what, check)
 }
 
 // reach asserts that a TCP connection from fromNS to the pod toNS at addr

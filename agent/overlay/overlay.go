@@ -24,9 +24,9 @@ import (
 func Kinds() []string { return []string{"Node", "IPPool", "FelixConfiguration"} }
 
 // Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
-// implements it.
+// implements it. The channel closes when ctx ends.
 type Updates interface {
-	Next(ctx context.Context) ([]confwatch.Update, error)
+	Updates(ctx context.Context) <-chan []confwatch.Update
 }
 
 // RouteSink takes the complete set of routes a source wants in the kernel;
@@ -135,21 +135,7 @@ func New(cfg Config, deps Deps) *Overlay {
 func (o *Overlay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	updates := make(chan []confwatch.Update)
-	go func() {
-		defer close(updates)
-		for {
-			ups, err := o.deps.Updates.Next(ctx)
-			if err != nil {
-				return
-			}
-			select {
-			case updates <- ups:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	updates := o.deps.Updates.Updates(ctx)
 	blocks := o.deps.Blocks(ctx)
 	o.report(false, "waiting for datastore sync")
 

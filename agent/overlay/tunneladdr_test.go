@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // dsFixture is one etcd with a store and an IPAM client.
@@ -26,11 +26,7 @@ func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
 }
 

@@ -11,7 +11,10 @@
 // Thread safety: values only.
 package routes
 
-import "net/netip"
+import (
+	"net/netip"
+	"strconv"
+)
 
 // Source names, in priority order (lower sorts first and wins).
 const (
@@ -42,4 +45,36 @@ type Route struct {
 	Table  int   // 0 = main
 	Metric int
 	Src    netip.Addr
+}
+
+// String shows the route as logs and tests do: destination, type when not
+// unicast, then next hop, device, onlink, table, metric and source where
+// set ("10.244.1.0/26 via 192.0.2.2 dev tunl0 onlink").
+func (r Route) String() string {
+	s := r.Dst.String()
+	switch r.Type {
+	case Blackhole:
+		s += " blackhole"
+	case Unreachable:
+		s += " unreachable"
+	}
+	if r.Via.IsValid() {
+		s += " via " + r.Via.String()
+	}
+	if r.Dev != "" {
+		s += " dev " + r.Dev
+	}
+	if r.OnLink {
+		s += " onlink"
+	}
+	if r.Table != 0 {
+		s += " table " + strconv.Itoa(r.Table)
+	}
+	if r.Metric != 0 {
+		s += " metric " + strconv.Itoa(r.Metric)
+	}
+	if r.Src.IsValid() {
+		s += " src " + r.Src.String()
+	}
+	return s
 }

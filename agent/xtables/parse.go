@@ -63,3 +63,36 @@ func RuleHash(spec string) string {
 	}
 	return ""
 }
+
+// SplitRule splits a rule as iptables-save prints it into its words,
+// honouring the double quotes (with backslash escapes) around comments.
+func SplitRule(spec string) []string {
+	var out []string
+	var cur strings.Builder
+	inWord, quoted, escaped := false, false, false
+	for _, ch := range spec {
+		switch {
+		case escaped:
+			cur.WriteRune(ch)
+			escaped = false
+		case ch == '\\' && quoted:
+			escaped = true
+		case ch == '"':
+			quoted = !quoted
+			inWord = true
+		case (ch == ' ' || ch == '\t') && !quoted:
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out
+}

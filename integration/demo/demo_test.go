@@ -141,15 +141,18 @@ func (d *demoRun) up() (*results, string) {
 }
 
 // dumpLogs shows the end of every log the demo wrote.
-func (d *demoRun) dumpLogs() {
-	logs, _ := filepath.Glob(filepath.Join(d.stateDir, "logs", "*.log"))
+func (d *demoRun) dumpLogs() { dumpLogs(d.t, d.stateDir) }
+
+// dumpLogs shows the end of every log under stateDir/logs.
+func dumpLogs(t testing.TB, stateDir string) {
+	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
 	for _, l := range logs {
 		data, _ := os.ReadFile(l)
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		if len(lines) > 25 {
 			lines = lines[len(lines)-25:]
 		}
-		d.t.Logf("--- %s (last lines)\n%s", filepath.Base(l), strings.Join(lines, "\n"))
+		t.Logf("--- %s (last lines)\n%s", filepath.Base(l), strings.Join(lines, "\n"))
 	}
 }
 

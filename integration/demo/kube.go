@@ -6,24 +6,11 @@ package main
 // NetworkPolicy).
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +22,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // apiserverProc is kube-apiserver's name in the state record.
@@ -114,7 +102,7 @@ func (c *cluster) startAPIServer(ctx context.Context) error {
 	if err := c.waitEtcd(); err != nil {
 		return err
 	}
-	p, err := writePKI(c.pkiDir())
+	p, err := kubetest.WritePKI(c.pkiDir(), "calico-demo", 365*24*time.Hour)
 	if err != nil {
 		return err
 	}
@@ -127,13 +115,13 @@ func (c *cluster) startAPIServer(ctx context.Context) error {
 		// "kubernetes" service's endpoints against.
 		"--endpoint-reconciler-type=none",
 		"--cert-dir="+c.pkiDir(),
-		"--tls-cert-file="+p.serverCert,
-		"--tls-private-key-file="+p.serverKey,
-		"--client-ca-file="+p.caCert,
+		"--tls-cert-file="+p.ServerCert,
+		"--tls-private-key-file="+p.ServerKey,
+		"--client-ca-file="+p.CACert,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+p.saPub,
-		"--service-account-signing-key-file="+p.saKey,
+		"--service-account-key-file="+p.SAPub,
+		"--service-account-signing-key-file="+p.SAKey,
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -144,46 +132,25 @@ func (c *cluster) startAPIServer(ctx context.Context) error {
 	if err := c.waitAPIServer(ctx, p); err != nil {
 		return err
 	}
-	return writeKubeconfig(c.kubeconfig(), c.apiserverURL(), p)
+	return kubetest.WriteKubeconfig(c.kubeconfig(), "calico-demo", c.apiserverURL(), p.CACert, p.AdminCert, p.AdminKey)
 }
 
 // waitAPIServer polls /readyz as the admin until it answers 200.
-func (c *cluster) waitAPIServer(ctx context.Context, p *pki) error {
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(p.caCert)
-	if err != nil {
-		return fmt.Errorf("read CA: %w", err)
-	}
-	pool.AppendCertsFromPEM(caPEM)
-	cert, err := tls.LoadX509KeyPair(p.adminCert, p.adminKey)
-	if err != nil {
-		return fmt.Errorf("load admin certificate: %w", err)
-	}
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}},
-	}
-	defer client.CloseIdleConnections()
+func (c *cluster) waitAPIServer(ctx context.Context, p *kubetest.PKI) error {
 	logPath := filepath.Join(c.o.stateDir, "logs", apiserverProc+".log")
-	deadline := time.Now().Add(apiserverReadyTimeout)
-	last := "no answer"
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	err := kubetest.WaitReady(c.apiserverURL(), p, apiserverReadyTimeout, func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !c.running(apiserverProc) {
 			return fmt.Errorf("kube-apiserver exited; see %s", logPath)
 		}
-		resp, err := client.Get(c.apiserverURL() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; see %s", err, logPath)
 	}
-	return fmt.Errorf("kube-apiserver at %s not ready within %s (last: %s); see %s", c.apiserverURL(), apiserverReadyTimeout, last, logPath)
+	return nil
 }
 
 // running reports whether the newest recorded process of that name runs.
@@ -405,165 +372,4 @@ func relay(in net.Conn, addr string) {
 	io.Copy(in, out)
 	in.(*net.TCPConn).CloseWrite()
 	<-done
-}
-
-// pki is the control plane's key material, as files.
-type pki struct {
-	caCert, caKey         string
-	serverCert, serverKey string
-	adminCert, adminKey   string
-	saKey, saPub          string
-}
-
-// writePKI makes a CA, kube-apiserver's serving certificate (for loopback
-// and the in-cluster names), an admin client certificate (group
-// system:masters) and the service-account signing key pair.
-func writePKI(dir string) (*pki, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	p := &pki{
-		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
-		serverCert: filepath.Join(dir, "apiserver.crt"), serverKey: filepath.Join(dir, "apiserver.key"),
-		adminCert: filepath.Join(dir, "admin.crt"), adminKey: filepath.Join(dir, "admin.key"),
-		saKey: filepath.Join(dir, "sa.key"), saPub: filepath.Join(dir, "sa.pub"),
-	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "calico-demo-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("create CA certificate: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA certificate: %w", err)
-	}
-	if err := writeCert(p.caCert, caDER); err != nil {
-		return nil, err
-	}
-	if err := writeKey(p.caKey, caKey); err != nil {
-		return nil, err
-	}
-	leaves := []struct {
-		tmpl        x509.Certificate
-		certF, keyF string
-	}{
-		{x509.Certificate{
-			Subject:     pkix.Name{CommonName: "kube-apiserver"},
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)},
-			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		}, p.serverCert, p.serverKey},
-		{x509.Certificate{
-			Subject:     pkix.Name{CommonName: "calico-demo-admin", Organization: []string{"system:masters"}},
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}, p.adminCert, p.adminKey},
-	}
-	for n, l := range leaves {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, fmt.Errorf("generate key for %s: %w", l.tmpl.Subject.CommonName, err)
-		}
-		t := l.tmpl
-		t.SerialNumber = big.NewInt(int64(n + 2))
-		t.NotBefore, t.NotAfter = caTmpl.NotBefore, caTmpl.NotAfter
-		t.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, &t, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, fmt.Errorf("create certificate %s: %w", t.Subject.CommonName, err)
-		}
-		if err := writeCert(l.certF, der); err != nil {
-			return nil, err
-		}
-		if err := writeKey(l.keyF, key); err != nil {
-			return nil, err
-		}
-	}
-	// Service-account tokens are signed with RSA, the key type every
-	// Kubernetes component and client library verifies.
-	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, fmt.Errorf("generate service-account key: %w", err)
-	}
-	if err := writeKey(p.saKey, saKey); err != nil {
-		return nil, err
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return nil, fmt.Errorf("encode service-account public key: %w", err)
-	}
-	if err := writePEM(p.saPub, "PUBLIC KEY", pub, 0o644); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func writeCert(path string, der []byte) error { return writePEM(path, "CERTIFICATE", der, 0o644) }
-
-func writeKey(path string, key any) error {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("encode key %s: %w", path, err)
-	}
-	return writePEM(path, "PRIVATE KEY", der, 0o600)
-}
-
-func writePEM(path, typ string, der []byte, mode os.FileMode) error {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// writeKubeconfig writes the admin kubeconfig, certificates embedded.
-func writeKubeconfig(path, server string, p *pki) error {
-	data := map[string][]byte{}
-	for _, f := range []string{p.caCert, p.adminCert, p.adminKey} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", f, err)
-		}
-		data[f] = b
-	}
-	enc := base64.StdEncoding.EncodeToString
-	var b bytes.Buffer
-	fmt.Fprintf(&b, `apiVersion: v1
-kind: Config
-clusters:
-- name: calico-demo
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: calico-demo-admin
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: calico-demo
-  context:
-    cluster: calico-demo
-    user: calico-demo-admin
-current-context: calico-demo
-`, server, enc(data[p.caCert]), enc(data[p.adminCert]), enc(data[p.adminKey]))
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return errors.Join(fmt.Errorf("write kubeconfig: %w", err), os.Remove(tmp))
-	}
-	return nil
 }

@@ -23,9 +23,9 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -91,17 +91,7 @@ func newRCluster(t *testing.T) *rcluster {
 }
 
 // dumpLogs shows the end of every log the cluster wrote.
-func (r *rcluster) dumpLogs() {
-	logs, _ := filepath.Glob(filepath.Join(r.c.o.stateDir, "logs", "*.log"))
-	for _, l := range logs {
-		data, _ := os.ReadFile(l)
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 25 {
-			lines = lines[len(lines)-25:]
-		}
-		r.t.Logf("--- %s (last lines)\n%s", filepath.Base(l), strings.Join(lines, "\n"))
-	}
-}
+func (r *rcluster) dumpLogs() { dumpLogs(r.t, r.c.o.stateDir) }
 
 func (r *rcluster) waitMesh() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 70*time.Second)
@@ -235,20 +225,10 @@ func (r *rcluster) listen(p *pod) {
 	if err != nil {
 		r.t.Fatalf("listen in %s: %v", p.netns(), err)
 	}
-	r.t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, p.name()+"\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	netnstest.Serve(r.t, l, func(c net.Conn) {
+		io.WriteString(c, p.name()+"\n")
+		io.Copy(c, c)
+	})
 }
 
 // basePods creates one pod per node, each in its own Kubernetes
@@ -712,11 +692,7 @@ func testNodeRemoval(t *testing.T, r *rcluster, pods []*pod) {
 		t.Fatal(err)
 	}
 	// calicoctl's node deletion takes the node's block affinities too.
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: []string{r.c.etcdURL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Etcd(t, ctx, []string{r.c.etcdURL()})
 	if blocks, err := ipam.New(store.IPAM(), store, slog.New(slog.DiscardHandler)).AffineBlocks(ctx, nodeName(gone)); err != nil || len(blocks) != 0 {
 		t.Fatalf("after calicoctl delete node: blocks still affine to %s: %v %v", nodeName(gone), blocks, err)
 	}

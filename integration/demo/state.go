@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 )
 
 // state is the record of what the demo created, written to
@@ -40,12 +42,8 @@ func (s *state) save() error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("write state: %w", err)
+	if err := atomicfile.WriteFile(s.path, data, 0o600); err != nil {
+		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
 }

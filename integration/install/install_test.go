@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -23,15 +22,15 @@ import (
 	"github.com/projectcalico/calico-node/internal/ociimage"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 const (
 	// podCIDR is the cluster's pod CIDR, set as CALICO_IPV4POOL_CIDR.
-	podCIDR   = "10.244.0.0/16"
-	podWait   = 60 * time.Second
-	dsWait    = 3 * time.Minute
-	httpdPort = "8080"
+	podCIDR = "10.244.0.0/16"
+	podWait = 60 * time.Second
+	dsWait  = 3 * time.Minute
 )
 
 // flavour is one datastore's files, in the order docs/kubernetes.md
@@ -78,14 +77,8 @@ func install(t *testing.T, fl flavour) {
 			t.Errorf("the machine's host paths changed:\nbefore:\n%s\nafter:\n%s", machineBefore, after)
 		}
 	})
-	before := hostState(t)
-	t.Cleanup(func() {
-		if after := hostState(t); after != before {
-			t.Errorf("node namespace not restored:\nbefore:\n%s\nafter:\n%s", before, after)
-		}
-	})
-	agentBefore := takeAgentState()
-	t.Cleanup(agentBefore.removeSince)
+	kubetest.CheckHostRestored(t)
+	t.Cleanup(kubetest.TakeAgentState().RemoveSince)
 	kubetest.PrivateHostPaths(t, paths...)
 
 	kube := kubetest.Start(t, kubetest.WithAPIServerArgs(kubetest.NodeAPIServerArgs()...),
@@ -177,7 +170,7 @@ func install(t *testing.T, fl flavour) {
 	}
 	node.WaitReady(t, 60*time.Second)
 	// The controllers run in the pod, under their Lease.
-	waitFor(t, 30*time.Second, "the calico-node pod holds the controllers' Lease", func() bool {
+	polltest.Until(t, 30*time.Second, "the calico-node pod holds the controllers' Lease", func() bool {
 		out, _ := kube.RunKubectl(nil, "-n", "kube-system", "get", "lease", "calico-kube-controllers", "-o", "jsonpath={.spec.holderIdentity}")
 		return out == kubetest.NodeName
 	})
@@ -191,14 +184,14 @@ func install(t *testing.T, fl flavour) {
 		return out
 	}
 
-	createPod(t, kube, "client", "app: client", []string{"sleep", "3600"})
-	createPod(t, kube, "server", "app: server", []string{"sh", "-c", "mkdir -p /www && echo hello-calico > /www/index.html && exec httpd -f -p " + httpdPort + " -h /www"})
+	kube.RunPod(t, "client", "app: client", []string{"sleep", "3600"}, podWait)
+	kube.RunPod(t, "server", "app: server", kubetest.ServerCommand(), podWait)
 
 	// Addresses from the pool the DaemonSet's CALICO_IPV4POOL_CIDR made.
 	pool := netip.MustParsePrefix(podCIDR)
 	ips := map[string]string{}
 	for _, name := range []string{"client", "server"} {
-		ip := podIP(t, kube, name)
+		ip := kube.PodIP(t, name)
 		ips[name] = ip
 		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
 			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, podCIDR)
@@ -207,47 +200,18 @@ func install(t *testing.T, fl flavour) {
 			t.Errorf("calicoctl ipam show --ip=%s:\n%s", ip, out)
 		}
 	}
-
-	// nc, not wget: Debian's static busybox wget crashes in a root
-	// without glibc's NSS modules.
-	fetch := func() string {
-		out, _ := kube.RunKubectl(nil, "exec", "client", "--", "sh", "-c",
-			`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 `+ips["server"]+" "+httpdPort)
-		return out
-	}
-	waitFor(t, 30*time.Second, "client reaches server over HTTP", func() bool {
-		return strings.Contains(fetch(), "hello-calico")
+	polltest.Until(t, 30*time.Second, "client reaches server over HTTP", func() bool {
+		return strings.Contains(kube.Fetch("client", ips["server"]), kubetest.ServerPage)
 	})
 
 	// A Kubernetes NetworkPolicy, enforced by the pod's dataplane on real
-	// packets: the server admits only app=trusted.
-	policy := `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: server-ingress, namespace: default}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from:
-    - podSelector: {matchLabels: {app: trusted}}
-`
-	kubectl(t, kube, strings.NewReader(policy), "apply", "-f", "-")
-	waitFor(t, 30*time.Second, "NetworkPolicy blocks client -> server", func() bool {
-		return !strings.Contains(fetch(), "hello-calico")
-	})
-	if _, err := kube.RunKubectl(nil, "exec", "server", "--", "ping", "-c", "1", "-W", "2", ips["client"]); err != nil {
-		t.Errorf("egress from the server (no egress policy) blocked: %v", err)
-	}
-	kubectl(t, kube, nil, "label", "pod", "client", "app=trusted", "--overwrite")
-	waitFor(t, 30*time.Second, "relabelled client admitted", func() bool {
-		return strings.Contains(fetch(), "hello-calico")
-	})
-	kubectl(t, kube, nil, "delete", "networkpolicy", "server-ingress")
+	// packets.
+	kube.CheckIngressPolicy(t, ips["client"], ips["server"])
 
 	// Deleting the pods gives every address back.
-	kubectl(t, kube, nil, "delete", "pod", "--wait=true", "--timeout=60s", "client", "server")
+	kube.DeletePods(t, "client", "server")
 	for name, ip := range ips {
-		waitFor(t, 30*time.Second, "address of "+name+" released", func() bool {
+		polltest.Until(t, 30*time.Second, "address of "+name+" released", func() bool {
 			return strings.Contains(calicoctl("ipam", "show", "--ip="+ip), "is not assigned")
 		})
 	}
@@ -365,53 +329,4 @@ func diagnose(kube *kubetest.Cluster, node *kubetest.Node) string {
 		fmt.Fprintf(&b, "kubelet log:\n%s\n", strings.Join(lines, "\n"))
 	}
 	return b.String()
-}
-
-// createPod applies a busybox pod on the node with kubectl and waits until
-// it runs.
-func createPod(t *testing.T, kube *kubetest.Cluster, name, labels string, command []string) {
-	t.Helper()
-	cmd, _ := json.Marshal(command)
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default, labels: {%s}}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: main, image: %s, imagePullPolicy: Never, command: %s}
-`, name, labels, kubetest.NodeName, kubetest.TestImage, cmd)
-	kubectl(t, kube, strings.NewReader(manifest), "apply", "-f", "-")
-	deadline := time.Now().Add(podWait)
-	for {
-		p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning {
-			return
-		}
-		if time.Now().After(deadline) {
-			out, _ := kube.RunKubectl(nil, "describe", "pod", name)
-			t.Fatalf("pod %s not Running after %s:\n%s", name, podWait, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func podIP(t *testing.T, kube *kubetest.Cluster, name string) string {
-	t.Helper()
-	p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || p.Status.PodIP == "" {
-		t.Fatalf("pod %s: no IP (%v)", name, err)
-	}
-	return p.Status.PodIP
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

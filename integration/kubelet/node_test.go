@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,15 +24,16 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 const (
-	podCIDR   = "10.244.0.0/16" // CALICO_IPV4POOL_CIDR
-	ptpCIDR   = "10.88.0.0/24"
-	podWait   = 60 * time.Second
-	httpdPort = "8080"
+	podCIDR = "10.244.0.0/16" // CALICO_IPV4POOL_CIDR
+	ptpCIDR = "10.88.0.0/24"
+	podWait = 60 * time.Second
 )
 
 // The DaemonSet's CNI template (deploy/calico-node.yaml: calico, then
@@ -78,12 +78,7 @@ func TestKubeletNode(t *testing.T) {
 	// made in its namespace) is not the node's: it must survive untouched.
 	foreign := newForeignState(t)
 	t.Cleanup(func() { foreign.check(t) })
-	before := hostState(t)
-	t.Cleanup(func() {
-		if after := hostState(t); after != before {
-			t.Errorf("node namespace not restored:\nbefore:\n%s\nafter:\n%s", before, after)
-		}
-	})
+	kubetest.CheckHostRestored(t)
 
 	kube := kubetest.Start(t, kubetest.WithAPIServerArgs(kubetest.NodeAPIServerArgs()...))
 	etcd := etcdtest.Start(t)
@@ -96,16 +91,16 @@ func TestKubeletNode(t *testing.T) {
 	node.WaitReady(t, 60*time.Second)
 	// ptp-0 is the node's first pod: it also pays for unpacking the
 	// images and the first sandbox, so it is reported apart.
-	ptpFirst := createPod(t, kube, "ptp-0", "app: ptp", []string{"sleep", "3600"})
+	ptpFirst := kube.RunPod(t, "ptp-0", "app: ptp", []string{"sleep", "3600"}, podWait)
 	ptpTimes := []time.Duration{
-		createPod(t, kube, "ptp-1", "app: ptp", []string{"sleep", "3600"}),
-		createPod(t, kube, "ptp-2", "app: ptp", []string{"sleep", "3600"}),
+		kube.RunPod(t, "ptp-1", "app: ptp", []string{"sleep", "3600"}, podWait),
+		kube.RunPod(t, "ptp-2", "app: ptp", []string{"sleep", "3600"}, podWait),
 	}
-	ptp2 := podIP(t, kube, "ptp-2")
-	if _, err := kube.RunKubectl(nil, "exec", "ptp-1", "--", "ping", "-c", "1", "-W", "2", ptp2); err != nil {
+	ptp2 := kube.PodIP(t, "ptp-2")
+	if err := kube.Ping("ptp-1", ptp2); err != nil {
 		t.Fatalf("ptp pods cannot talk: %v", err)
 	}
-	deletePods(t, kube, "ptp-0", "ptp-1", "ptp-2")
+	kube.DeletePods(t, "ptp-0", "ptp-1", "ptp-2")
 	os.Remove(ptpConf)
 
 	// --- calico-node as the DaemonSet runs it ---
@@ -134,21 +129,21 @@ func TestKubeletNode(t *testing.T) {
 		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
 		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
 	agent.waitReady(t)
-	waitFor(t, 30*time.Second, "10-calico.conflist installed", func() bool {
+	polltest.Until(t, 30*time.Second, "10-calico.conflist installed", func() bool {
 		_, err := os.Stat(filepath.Join(node.CNIConfDir, "10-calico.conflist"))
 		return err == nil
 	})
 	node.WaitReady(t, 60*time.Second)
 
 	calicoTimes := []time.Duration{
-		createPod(t, kube, "client", "app: client", []string{"sleep", "3600"}),
-		createPod(t, kube, "server", "app: server", []string{"sh", "-c", "mkdir -p /www && echo hello-calico > /www/index.html && exec httpd -f -p " + httpdPort + " -h /www"}),
+		kube.RunPod(t, "client", "app: client", []string{"sleep", "3600"}, podWait),
+		kube.RunPod(t, "server", "app: server", kubetest.ServerCommand(), podWait),
 	}
 	// The pods' host ends are in the node's namespace, not the machine's.
 	for _, pod := range []string{"client", "server"} {
 		veth := hostVeth("default", pod)
-		if !slices.Contains(caliLinks(t), veth) {
-			t.Errorf("pod %s: no host veth %s in the node's namespace: %v", pod, veth, caliLinks(t))
+		if !slices.Contains(kubetest.CaliLinks(t), veth) {
+			t.Errorf("pod %s: no host veth %s in the node's namespace: %v", pod, veth, kubetest.CaliLinks(t))
 		}
 		if out, err := inMachineNS("ip", "link", "show", "dev", veth); err == nil {
 			t.Errorf("pod %s: host veth %s in the machine's namespace:\n%s", pod, veth, out)
@@ -173,7 +168,7 @@ func TestKubeletNode(t *testing.T) {
 	pool := netip.MustParsePrefix(podCIDR)
 	ips := map[string]string{}
 	for _, name := range []string{"client", "server"} {
-		ip := podIP(t, kube, name)
+		ip := kube.PodIP(t, name)
 		ips[name] = ip
 		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
 			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, podCIDR)
@@ -188,50 +183,16 @@ func TestKubeletNode(t *testing.T) {
 	}
 
 	// Pod to pod, through the host's routes to the cali veths.
-	// nc, not wget: Debian's static busybox wget crashes in a root
-	// without glibc's NSS modules.
-	fetch := func() string {
-		out, _ := kube.RunKubectl(nil, "exec", "client", "--", "sh", "-c",
-			`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 `+ips["server"]+" "+httpdPort)
-		return out
-	}
-	waitFor(t, 30*time.Second, "client reaches server over HTTP", func() bool {
-		return strings.Contains(fetch(), "hello-calico")
+	polltest.Until(t, 30*time.Second, "client reaches server over HTTP", func() bool {
+		return strings.Contains(kube.Fetch("client", ips["server"]), kubetest.ServerPage)
 	})
-	if _, err := kube.RunKubectl(nil, "exec", "server", "--", "ping", "-c", "1", "-W", "2", ips["client"]); err != nil {
+	if err := kube.Ping("server", ips["client"]); err != nil {
 		t.Errorf("server cannot ping client: %v", err)
 	}
 
 	// A Kubernetes NetworkPolicy, translated by the policy controller and
-	// enforced by the dataplane: the server admits only app=trusted.
-	policy := `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: server-ingress, namespace: default}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from:
-    - podSelector: {matchLabels: {app: trusted}}
-`
-	if _, err := kube.RunKubectl(strings.NewReader(policy), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "NetworkPolicy blocks client -> server", func() bool {
-		return !strings.Contains(fetch(), "hello-calico")
-	})
-	if _, err := kube.RunKubectl(nil, "exec", "server", "--", "ping", "-c", "1", "-W", "2", ips["client"]); err != nil {
-		t.Errorf("egress from the server (no egress policy) blocked: %v", err)
-	}
-	if _, err := kube.RunKubectl(nil, "label", "pod", "client", "app=trusted", "--overwrite"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "relabelled client admitted", func() bool {
-		return strings.Contains(fetch(), "hello-calico")
-	})
-	if _, err := kube.RunKubectl(nil, "delete", "networkpolicy", "server-ingress"); err != nil {
-		t.Fatal(err)
-	}
+	// enforced by the dataplane.
+	kube.CheckIngressPolicy(t, ips["client"], ips["server"])
 
 	// hostPort (portmap) and the egress-bandwidth annotation (bandwidth),
 	// chained after calico as in Calico's manifests.
@@ -244,9 +205,9 @@ spec:
 	checkEgressBandwidth(t, kube, node)
 
 	// Deleting the pods releases every address (CNI DEL via kubelet).
-	deletePods(t, kube, "client", "server", "web", "shaped")
+	kube.DeletePods(t, "client", "server", "web", "shaped")
 	for name, ip := range ips {
-		waitFor(t, 30*time.Second, "address of "+name+" released", func() bool {
+		polltest.Until(t, 30*time.Second, "address of "+name+" released", func() bool {
 			return strings.Contains(calicoctl("ipam", "show", "--ip="+ip), "is not assigned")
 		})
 	}
@@ -256,7 +217,7 @@ spec:
 	if out := calicoctl("ipam", "check"); !strings.Contains(out, "found 0 problems") {
 		t.Errorf("ipam check after delete:\n%s", out)
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("cali links left after the pods are gone: %v", links)
 	}
 	// The plugin executions of containerd were handed to the running
@@ -269,44 +230,6 @@ spec:
 	}
 }
 
-// createPod applies a busybox pod on the node with kubectl and returns
-// how long it took from the apply to phase Running.
-func createPod(t *testing.T, kube *kubetest.Cluster, name, labels string, command []string) time.Duration {
-	t.Helper()
-	var cmd strings.Builder
-	for i, c := range command {
-		if i > 0 {
-			cmd.WriteString(", ")
-		}
-		fmt.Fprintf(&cmd, "%q", c)
-	}
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default, labels: {%s}}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: main, image: %s, imagePullPolicy: Never, command: [%s]}
-`, name, labels, kubetest.NodeName, kubetest.TestImage, cmd.String())
-	start := time.Now()
-	if _, err := kube.RunKubectl(strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	deadline := start.Add(podWait)
-	for {
-		p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			out, _ := kube.RunKubectl(nil, "describe", "pod", name)
-			t.Fatalf("pod %s not Running after %s:\n%s", name, podWait, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func round(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -315,140 +238,10 @@ func round(ds []time.Duration) []time.Duration {
 	return out
 }
 
-func podIP(t *testing.T, kube *kubetest.Cluster, name string) string {
-	t.Helper()
-	p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil || p.Status.PodIP == "" {
-		t.Fatalf("pod %s: no IP (%v)", name, err)
-	}
-	return p.Status.PodIP
-}
-
-func deletePods(t *testing.T, kube *kubetest.Cluster, names ...string) {
-	t.Helper()
-	if _, err := kube.RunKubectl(nil, append([]string{"delete", "pod", "--wait=true", "--timeout=60s"}, names...)...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// hostState is what pods and the agent change in the node's namespace:
-// cali links, routes of Calico's protocol (80), cali-/KUBE-/CNI- chains,
-// cali ipsets.
-func hostState(t *testing.T) string {
-	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "links: %v\n", caliLinks(t))
-	routes, _ := exec.Command("ip", "route", "show", "proto", "80").Output()
-	fmt.Fprintf(&b, "proto-80 routes: %q\n", routes)
-	var chains []string
-	for _, c := range kubetest.HostChains() {
-		f := strings.Fields(c)
-		if strings.HasPrefix(f[2], "cali") || strings.HasPrefix(f[2], "KUBE-") || strings.HasPrefix(f[2], "CNI-") {
-			chains = append(chains, c)
-		}
-	}
-	fmt.Fprintf(&b, "chains: %v\n", chains)
-	fmt.Fprintf(&b, "ipsets: %v\n", caliIPSets())
-	return b.String()
-}
-
-func caliLinks(t *testing.T) []string {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, i := range ifs {
-		if strings.HasPrefix(i.Name, "cali") {
-			out = append(out, i.Name)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func caliIPSets() []string {
-	out, err := exec.Command("ipset", "list", "-n").Output()
-	if err != nil {
-		return nil
-	}
-	var sets []string
-	for _, s := range strings.Fields(string(out)) {
-		if strings.HasPrefix(s, "cali") {
-			sets = append(sets, s)
-		}
-	}
-	return sets
-}
-
-// agentState is what the agent makes in the node's namespace and leaves
-// there for its next start, as felix does: cali-* chains, cali ipsets and
-// routes of protocol 80 (block blackholes).
-type agentState struct {
-	chains, ipsets map[string]bool
-	routes         string
-}
-
-func takeAgentState() agentState {
-	s := agentState{chains: map[string]bool{}, ipsets: map[string]bool{}}
-	for _, c := range kubetest.HostChains() {
-		if strings.HasPrefix(strings.Fields(c)[2], "cali") {
-			s.chains[c] = true
-		}
-	}
-	for _, set := range caliIPSets() {
-		s.ipsets[set] = true
-	}
-	out, _ := exec.Command("ip", "route", "show", "proto", "80").Output()
-	s.routes = string(out)
-	return s
-}
-
-// removeSince deletes the agent's chains (and the jumps into them), ipsets
-// and protocol-80 routes that were not there at before: what the agent
-// started by the test made. (The node's namespace is the test's own, so
-// before is empty, but the test owns only what it made even there.)
-func (before agentState) removeSince() {
-	now := takeAgentState()
-	// Chains may reference each other: a second pass gets the rest.
-	for pass := 0; pass < 2; pass++ {
-		for _, c := range kubetest.HostChains() {
-			if f := strings.Fields(c); now.chains[c] && !before.chains[c] {
-				kubetest.RemoveChain(f[0], f[1], f[2])
-			}
-		}
-	}
-	for set := range now.ipsets {
-		if !before.ipsets[set] {
-			exec.Command("ipset", "destroy", set).Run()
-		}
-	}
-	had := map[string]bool{}
-	for _, r := range strings.Split(before.routes, "\n") {
-		had[r] = true
-	}
-	for _, r := range strings.Split(now.routes, "\n") {
-		if r != "" && !had[r] {
-			exec.Command("ip", append([]string{"route", "del"}, strings.Fields(r)...)...).Run()
-		}
 	}
 }
 
@@ -532,12 +325,12 @@ func startAgent(t *testing.T, bin string, args []string, env ...string) *agentPr
 	l.Close()
 	cmd := exec.Command(bin, append([]string{"run", "--health-addr", health}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	before := takeAgentState()
+	before := kubetest.TakeAgentState()
 	a := &agentProc{Proc: proctest.Start(t, "calico-node", cmd), health: health}
 	// Runs before proctest's kill: the agent gets its SIGTERM first.
 	t.Cleanup(func() {
 		a.stop()
-		before.removeSince()
+		before.RemoveSince()
 	})
 	return a
 }
@@ -562,7 +355,7 @@ func applyPod(t *testing.T, kube *kubetest.Cluster, name, manifest string) {
 	if _, err := kube.RunKubectl(strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, podWait, "pod "+name+" Running", func() bool {
+	polltest.Until(t, podWait, "pod "+name+" Running", func() bool {
 		p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning
 	})
@@ -585,8 +378,8 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", "mkdir -p /www && echo hello-hostport > /www/index.html && exec httpd -f -p %s -h /www"]
     ports: [{containerPort: %s, hostPort: %s}]
-`, kubetest.NodeName, kubetest.TestImage, httpdPort, httpdPort, hostPort))
-	nodeIP, _, _ := strings.Cut(nodeAddr, "/")
+`, kubetest.NodeName, kubetest.TestImage, kubetest.ServerPort, kubetest.ServerPort, hostPort))
+	nodeIP, _, _ := strings.Cut(netnstest.NodeUplinkAddr, "/")
 	fromNode := func() string {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort(nodeIP, hostPort), 2*time.Second)
 		if err != nil {
@@ -599,7 +392,7 @@ spec:
 		n, _ := io.ReadFull(c, b)
 		return string(b[:n])
 	}
-	waitFor(t, 30*time.Second, "hostPort "+hostPort+" answers on the node", func() bool {
+	polltest.Until(t, 30*time.Second, "hostPort "+hostPort+" answers on the node", func() bool {
 		return strings.Contains(fromNode(), "hello-hostport")
 	})
 	out, _ := kube.RunKubectl(nil, "exec", "client", "--", "sh", "-c",
@@ -640,8 +433,8 @@ spec:
 
 	// iperf3 from the pod's namespace (the host's binary: only the
 	// network namespace is the pod's) to a server in the node's.
-	podNS := podNetNS(t, node, podIP(t, kube, "shaped"))
-	nodeIP, _, _ := strings.Cut(nodeAddr, "/")
+	podNS := podNetNS(t, node, kube.PodIP(t, "shaped"))
+	nodeIP, _, _ := strings.Cut(netnstest.NodeUplinkAddr, "/")
 	l, err := net.Listen("tcp", nodeIP+":0")
 	if err != nil {
 		t.Fatal(err)

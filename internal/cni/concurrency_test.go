@@ -18,6 +18,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // Three nodes each run ADDs concurrently against one pool, as kubelets
@@ -202,7 +203,7 @@ func testConcurrentAdds(t *testing.T, e *env, viaAgent bool) {
 	if n := len(report.Allocations); n != 0 || report.Problems() != 0 {
 		t.Errorf("after all DELs: %d allocations, %d problems: leaked %v, handles %v, missing nodes %v", n, report.Problems(), report.Leaked(), report.LeakedHandles, report.BlocksOfMissingNodes)
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("host veths left: %v", links)
 	}
 	// On etcd DEL deletes the endpoint. On the Kubernetes datastore the

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // enableIPv6Forwarding switches IPv6 routing on in the node namespace, as
@@ -30,23 +32,13 @@ func enableIPv6Forwarding(t *testing.T) {
 // echoServer accepts connections on l and answers each line with the
 // caller's address as the server saw it.
 func echoServer(t *testing.T, l net.Listener) {
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
-					host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-					fmt.Fprintln(c, host)
-				}
-			}()
+	netnstest.Serve(t, l, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			fmt.Fprintln(c, host)
 		}
-	}()
+	})
 }
 
 // dialFrom connects from inside the pod to addr over TCP and returns the

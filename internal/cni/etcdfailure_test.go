@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // etcdCutCase is one point of an ADD at which etcd goes away.
@@ -82,13 +84,13 @@ func TestAddEtcdStopsMidIPAM(t *testing.T) {
 			}
 			p := newPod(t, "default", "web")
 			handle := "k8s-pod-network." + p.rt.ContainerID
-			before := caliLinks(t)
+			before := kubetest.CaliLinks(t)
 
 			res := e.addWithCut(tc, p, e.conf("1.0.0", map[string]any{}))
 			if code, msg := cniCode(res.err); code != types.ErrTryAgainLater || !containsAll(msg, tc.msg) {
 				t.Errorf("ADD: %v, want code 11 naming %q", res.err, tc.msg)
 			}
-			if after := caliLinks(t); !slices.Equal(before, after) {
+			if after := kubetest.CaliLinks(t); !slices.Equal(before, after) {
 				t.Errorf("node interfaces changed: %v -> %v", before, after)
 			}
 			if links := podLinks(t, p); len(links) != 0 {
@@ -125,7 +127,7 @@ func TestAddEtcdStopsMidIPAM(t *testing.T) {
 			e.mustDel(direct, p)
 			e.assertNothingLeft("k8s-pod-network", p, k8sVethName("default", "web"))
 			e.checkClean("after DEL")
-			if after := caliLinks(t); !slices.Equal(before, after) {
+			if after := kubetest.CaliLinks(t); !slices.Equal(before, after) {
 				t.Errorf("node interfaces after DEL: %v, want %v", after, before)
 			}
 		})

@@ -14,6 +14,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
 // hookIPAM installs an IPAM plugin "hook-ipam" that runs script before
@@ -40,13 +42,13 @@ func TestAddFailuresLeaveNothing(t *testing.T) {
 		e := e.in(t)
 		p := newPod(t)
 		p.rt.NetNS = "/var/run/netns/no-such-pod-ns"
-		before := caliLinks(t)
+		before := kubetest.CaliLinks(t)
 		_, err := e.add(e.conf("1.0.0", nil), p)
 		if code, msg := cniCode(err); code != types.ErrUnknownContainer || !strings.Contains(msg, p.rt.NetNS) {
 			t.Errorf("ADD into a missing netns: %v, want code 3 naming it", err)
 		}
 		e.assertNothingLeft("k8s-pod-network", p, "cali"+p.rt.ContainerID)
-		if after := caliLinks(t); !slices.Equal(before, after) {
+		if after := kubetest.CaliLinks(t); !slices.Equal(before, after) {
 			t.Errorf("node interfaces changed: %v -> %v", before, after)
 		}
 	})
@@ -225,7 +227,7 @@ func TestInvalidInputs(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			before := caliLinks(t)
+			before := kubetest.CaliLinks(t)
 			out, err := runPlugin(t, filepath.Join(e.binDir, "calico"), env, tc.conf)
 			if err == nil {
 				t.Fatalf("plugin succeeded: %s", out)
@@ -240,7 +242,7 @@ func TestInvalidInputs(t *testing.T) {
 			if got.Code != tc.code || !strings.Contains(got.Msg, tc.names) {
 				t.Errorf("error %+v, want code %d naming %q", got, tc.code, tc.names)
 			}
-			if after := caliLinks(t); !slices.Equal(before, after) {
+			if after := kubetest.CaliLinks(t); !slices.Equal(before, after) {
 				t.Errorf("node interfaces changed: %v -> %v", before, after)
 			}
 			e.assertNothingLeft("k8s-pod-network", p, "cali"+p.rt.ContainerID)

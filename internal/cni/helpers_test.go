@@ -115,24 +115,32 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		t.Fatalf("open datastore: %v", err)
 	}
 
-	binDir := testbin.Dir(t)
+	e := newEnvOn(t, ctx, &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)})
+	e.etcd = srv
 	ref := referencePlugins(t)
 	for _, p := range []string{"host-local", "ptp", "tuning"} {
-		if err := os.Symlink(filepath.Join(ref, p), filepath.Join(binDir, p)); err != nil {
+		if err := os.Symlink(filepath.Join(ref, p), filepath.Join(e.binDir, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return e
+}
+
+// newEnvOn is an env around the test's datastore connection c, which it
+// closes when the test ends; ctx bounds the test.
+func newEnvOn(t testing.TB, ctx context.Context, c *conn) *env {
+	t.Helper()
 	tmp := t.TempDir()
 	e := &env{
-		t: t, etcd: srv, conn: &conn{store: store, kv: store.Etcd(), ipam: ipam.New(store.IPAM(), store, nil)},
-		binDir:   binDir,
+		t: t, conn: c,
+		binDir:   testbin.Dir(t),
 		cacheDir: filepath.Join(tmp, "cache"),
 		dataDir:  filepath.Join(tmp, "host-local"),
 		lockFile: filepath.Join(tmp, "ipam.lock"),
 		node:     "node1",
 		ctx:      ctx,
 	}
-	e.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, e.cacheDir, nil)
+	e.cni = libcni.NewCNIConfigWithCacheDir([]string{e.binDir}, e.cacheDir, nil)
 	t.Cleanup(func() { e.conn.store.Close() })
 	return e
 }
@@ -416,22 +424,6 @@ func (e *env) assertNothingLeft(network string, p *pod, hostVeth string) {
 		}
 		return nil
 	})
-}
-
-// caliLinks lists the node's cali* interfaces.
-func caliLinks(t testing.TB) []string {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "cali") {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out
 }
 
 // inPod runs f inside the pod's namespace.

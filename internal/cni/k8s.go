@@ -360,23 +360,22 @@ func (r *ipamRequest) applyAnnotations(p *podInfo) error {
 		}
 		return list, nil
 	}
-	v4, err := parseList(annotationIPv4Pools)
-	if err != nil {
+	// pools sets *dst from the pool annotation key, when there is one.
+	pools := func(key string, v4 bool, dst *[]string) error {
+		list, err := parseList(key)
+		if err != nil || list == nil {
+			return err
+		}
+		if *dst, err = normalizePools(list, v4); err != nil {
+			return configError("annotation "+key, "%v", err)
+		}
+		return nil
+	}
+	if err := pools(annotationIPv4Pools, true, &r.v4Pools); err != nil {
 		return err
 	}
-	if v4 != nil {
-		if r.v4Pools, err = normalizePools(v4, true); err != nil {
-			return configError("annotation "+annotationIPv4Pools, "%v", err)
-		}
-	}
-	v6, err := parseList(annotationIPv6Pools)
-	if err != nil {
+	if err := pools(annotationIPv6Pools, false, &r.v6Pools); err != nil {
 		return err
-	}
-	if v6 != nil {
-		if r.v6Pools, err = normalizePools(v6, false); err != nil {
-			return configError("annotation "+annotationIPv6Pools, "%v", err)
-		}
 	}
 	fams, err := parseList(annotationIPFamilies)
 	if err != nil {

@@ -2,7 +2,6 @@ package cni_test
 
 import (
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 )
 
 // fakeAPI serves the few Kubernetes reads the plugin makes: pods,
@@ -41,8 +41,7 @@ func newFakeAPI(t *testing.T, token string) *fakeAPI {
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	f.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
-	if err := os.WriteFile(f.caFile, ca, 0o600); err != nil {
+	if err := pkitest.WriteCert(f.caFile, f.srv.Certificate().Raw); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -2,11 +2,9 @@ package cni_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // newKDDEnv is an env on the Kubernetes datastore (DATASTORE_TYPE=
@@ -28,12 +25,7 @@ func newKDDEnv(t testing.TB) *env {
 	t.Helper()
 	requireNode(t)
 	c := kubetest.Start(t, kubetest.WithoutControllerManager())
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	if _, err := c.Client.CoreV1().ServiceAccounts("default").Create(ctx,
@@ -44,19 +36,8 @@ func newKDDEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatalf("open datastore: %v", err)
 	}
-	tmp := t.TempDir()
-	binDir := testbin.Dir(t)
-	e := &env{
-		t: t, kube: c, conn: &conn{store: store, ipam: ipam.New(store.IPAM(), store, nil)},
-		binDir:   binDir,
-		cacheDir: filepath.Join(tmp, "cache"),
-		dataDir:  filepath.Join(tmp, "host-local"),
-		lockFile: filepath.Join(tmp, "ipam.lock"),
-		node:     "node1",
-		ctx:      ctx,
-	}
-	e.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, e.cacheDir, nil)
-	t.Cleanup(func() { e.conn.store.Close() })
+	e := newEnvOn(t, ctx, &conn{store: store, ipam: ipam.New(store.IPAM(), store, nil)})
+	e.kube = c
 	return e
 }
 

@@ -29,35 +29,28 @@ const (
 	nodeIPv6 = "2001:db8:ff::1"
 )
 
+// Without root the namespace tests skip themselves.
 func TestMain(m *testing.M) {
-	switch {
-	case os.Getenv(agentSocketEnv) != "":
+	if sock := os.Getenv(agentSocketEnv); sock != "" {
 		// A child playing an agent in its own mount namespace
 		// (startMountNSAgent).
-		if err := runMountNSAgent(os.Getenv(agentSocketEnv)); err != nil {
+		if err := runMountNSAgent(sock); err != nil {
 			fmt.Fprintln(os.Stderr, "agent:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
-	case os.Getenv(nodeNetNSEnv) != "":
+	}
+	netnstest.Main(m, nodeNetNSEnv, func() (func(), error) {
 		if err := setupNode(); err != nil {
-			fmt.Fprintln(os.Stderr, "set up the test node namespace:", err)
-			os.Exit(1)
+			return nil, err
 		}
 		// The plugins these tests run do the work themselves unless a
 		// test starts an agent's CNI server for them (startServer): an
 		// agent another package's test runs on this machine must not get
 		// their commands.
 		os.Setenv(cnientry.SocketEnv, "none")
-		code := m.Run()
-		cleanupReferencePlugins()
-		os.Exit(code)
-	case os.Geteuid() == 0:
-		os.Exit(netnstest.Reexec(nodeNetNSEnv))
-	default:
-		// Without root the namespace tests skip themselves.
-		os.Exit(m.Run())
-	}
+		return cleanupReferencePlugins, nil
+	})
 }
 
 // inNodeNetNS reports whether this process is the re-executed one.

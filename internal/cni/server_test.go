@@ -22,6 +22,8 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
@@ -147,7 +149,7 @@ func TestAgentServesErrors(t *testing.T) {
 	if srv.Served.Load() != 1 {
 		t.Errorf("served %d, want the failing ADD", srv.Served.Load())
 	}
-	if links := caliLinks(t); len(links) != 0 {
+	if links := kubetest.CaliLinks(t); len(links) != 0 {
 		t.Errorf("failed ADD left %v", links)
 	}
 	e.mustDel(conf, p)
@@ -228,20 +230,12 @@ func TestAgentLostMidCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { l.Close() })
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, c) // the whole request, then hang up
-					if tc.taken {
-						c.Write([]byte{cnientry.Taken})
-					}
-					c.Close()
+			netnstest.Serve(t, l, func(c net.Conn) {
+				io.Copy(io.Discard, c) // the whole request, then hang up
+				if tc.taken {
+					c.Write([]byte{cnientry.Taken})
 				}
-			}()
+			})
 			t.Setenv(cnientry.SocketEnv, sock)
 			p := newPod(t)
 			conf := e.conf("1.0.0", nil)

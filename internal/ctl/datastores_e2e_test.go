@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -32,11 +31,7 @@ func onBothDatastores(t *testing.T, fn func(t *testing.T, e *dsEnv)) {
 		c := newCLI(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		s, err := etcd.New(ctx, datastore.Config{Endpoints: c.etcd.Endpoints})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := storetest.Etcd(t, ctx, c.etcd.Endpoints)
 		fn(t, &dsEnv{c: c, ctx: ctx, store: s, ipam: ipam.New(s.IPAM(), s, nil)})
 	})
 	t.Run("kdd", func(t *testing.T) {
@@ -44,19 +39,10 @@ func onBothDatastores(t *testing.T, fn func(t *testing.T, e *dsEnv)) {
 			t.Skip("-short: no kube-apiserver")
 		}
 		k := kubetest.Start(t, kubetest.WithoutControllerManager())
-		if out, err := k.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-			t.Fatalf("apply CRDs: %v\n%s", err, out)
-		}
-		if out, err := k.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-			t.Fatalf("wait for CRDs: %v\n%s", err, out)
-		}
+		k.InstallCalicoCRDs(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		s, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: k.Kubeconfig}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := storetest.KDD(t, ctx, k)
 		c := &cli{t: t, bin: filepath.Join(testbin.Dir(t), "calicoctl"), etcd: &etcdtest.Server{},
 			extEnv: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + k.Kubeconfig}}
 		fn(t, &dsEnv{c: c, ctx: ctx, store: s, ipam: ipam.New(s.IPAM(), s, nil), kdd: true})

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/ipam"
 )
@@ -366,7 +366,7 @@ func cmdIPAMCheck(s *session) error {
 		if err != nil {
 			return fmt.Errorf("encode report: %w", err)
 		}
-		if err := writeFileAtomic(file, append(data, '\n')); err != nil {
+		if err := atomicfile.WriteFile(file, append(data, '\n'), 0o644); err != nil {
 			return fmt.Errorf("write report: %w", err)
 		}
 	}
@@ -384,28 +384,6 @@ func attrString(a *ipam.Allocation) string {
 		kvs = append(kvs, k+"="+a.Attrs[k])
 	}
 	return fmt.Sprintf("Main:%s Extra:%s", main, strings.Join(kvs, ","))
-}
-
-// writeFileAtomic writes via a temporary file and a rename, so a reader
-// never sees half a report.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 func cmdIPAMRelease(s *session) error {

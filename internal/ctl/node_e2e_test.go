@@ -13,12 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -83,11 +82,7 @@ func TestDeleteNode(t *testing.T) {
 	c := newCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: c.etcd.Endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Etcd(t, ctx, c.etcd.Endpoints)
 	f := &nodeFixture{t: t, ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
 	n := &api.Node{}
 	n.Kind, n.APIVersion, n.Name = "Node", api.GroupVersion, "n1"
@@ -116,19 +111,10 @@ func TestDeleteNode(t *testing.T) {
 // refuses it there: the Node is the Kubernetes Node, which stays.
 func TestDeleteNodeKDD(t *testing.T) {
 	k := kubetest.Start(t, kubetest.WithoutControllerManager())
-	if out, err := k.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := k.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	k.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: k.Kubeconfig}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.KDD(t, ctx, k)
 	if _, err := k.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 package datastore
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
@@ -44,4 +46,25 @@ type Event struct {
 	Objects  []api.Object // Reset
 	Revision int64        // revision of the change, or of the list for Reset
 	Err      error
+}
+
+// WatchBuffer is the capacity of the channel a backend's Watch returns.
+const WatchBuffer = 256
+
+// NextWatchBackoff is how long a backend waits before watching again
+// after a failure, having waited prev before: doubling from 100ms up to
+// 5s.
+func NextWatchBackoff(prev time.Duration) time.Duration {
+	return min(max(2*prev, 100*time.Millisecond), 5*time.Second)
+}
+
+// Send delivers e on out unless ctx ends first, and reports whether it
+// delivered: a watcher whose consumer has gone never blocks on it.
+func Send[E any](ctx context.Context, out chan<- E, e E) bool {
+	select {
+	case out <- e:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

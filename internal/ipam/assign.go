@@ -240,16 +240,7 @@ func (p *plan) block(c *Client, key string) *block {
 	if b, ok := p.blocks[key]; ok {
 		return b
 	}
-	e := p.env.snap[key]
-	if e.rev == 0 {
-		return nil
-	}
-	b, err := decodeBlock(e.value)
-	if err != nil {
-		c.logger.Warn("skipping unreadable IPAM block", "key", key, "err", err)
-		return nil
-	}
-	return b
+	return c.snapBlock(p.env.snap, key)
 }
 
 // take allocates up to n addresses from b and records them.

@@ -10,12 +10,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // backend is a datastore the scenarios run against.
@@ -75,11 +74,7 @@ func openEtcd(t testing.TB, start func(testing.TB, ...etcdtest.Option) *etcdtest
 	srv := start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	cli := store.Etcd()
 	return &fixture{
 		ctx: ctx, backend: "etcd", store: store, kv: store.IPAM(), c: ipam.New(store.IPAM(), store, nil),
@@ -103,11 +98,7 @@ func openKDD(t testing.TB) *fixture {
 	c := kube(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.KDD(t, ctx, c)
 	// The other kinds are other mappers' business on this datastore (a
 	// WorkloadEndpoint is a Pod there); the scenarios are about IPAM's
 	// storage, so the resources IPAM reads are kept in memory.

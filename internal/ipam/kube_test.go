@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // The kdd backend's scenarios share one kube-apiserver with Calico's CRDs
@@ -55,13 +53,7 @@ func (k *kubeOnce) start() {
 	go func() {
 		defer close(done)
 		c := kubetest.Start(k.tb, kubetest.WithoutControllerManager())
-		crds := filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")
-		if out, err := c.RunKubectl(nil, "apply", "-f", crds); err != nil {
-			k.tb.Fatalf("apply CRDs: %v\n%s", err, out)
-		}
-		if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-			k.tb.Fatalf("wait for CRDs: %v\n%s", err, out)
-		}
+		c.InstallCalicoCRDs(k.tb)
 		k.cluster = c
 	}()
 	<-done

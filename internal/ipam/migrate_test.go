@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // TestExportImportRenamesNodes: IPAM read from one etcd, with a node
@@ -115,11 +115,7 @@ func newMigrateSide(t *testing.T) *migrateSide {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-	if err != nil {
-		t.Fatalf("open datastore: %v", err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.Etcd(t, ctx, srv.Endpoints)
 	return &migrateSide{ctx: ctx, store: store, c: ipam.New(store.IPAM(), store, nil)}
 }
 

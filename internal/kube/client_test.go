@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 )
 
 // TestClient exercises every call against a real API server, with the
@@ -162,17 +163,7 @@ func TestClient(t *testing.T) {
 
 func waitFor(t *testing.T, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, "the check to pass", check)
 }
 
 // TestElectorInteroperates: this elector and client-go's compete for one

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,23 +9,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // startKDD is a kube-apiserver with Calico's CRDs installed.
 func startKDD(t *testing.T) *kubetest.Cluster {
 	t.Helper()
 	c := kubetest.Start(t)
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	return c
 }
 
@@ -71,11 +63,7 @@ func TestRunKubernetesDatastore(t *testing.T) {
 		t.Errorf("Node annotation projectcalico.org/IPv4Address = %q, want 198.51.100.9/24", got)
 	}
 
-	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.KDD(t, ctx, c)
 	obj, err := store.Get(ctx, "Node", "", "kdd-node-1")
 	if err != nil {
 		t.Fatal(err)

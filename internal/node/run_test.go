@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,16 +20,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // nodeProc is one `calico-node run` process started by a test.
 type nodeProc struct {
 	*proctest.Proc
@@ -40,7 +29,7 @@ type nodeProc struct {
 
 func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	t.Helper()
-	health := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	health := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 	cmd := exec.Command(testbin.Path(t), append([]string{"run", "--health-addr", health}, args...)...)
 	// These agents share the test's own network namespace and addresses
 	// that are not there: no BGP speaker (it would listen on the host's
@@ -77,9 +66,9 @@ func connectStore(t *testing.T, endpoints []string) datastore.Store {
 // registration, default pool, readiness, clean SIGTERM, data kept.
 func TestRunEmbedded(t *testing.T) {
 	dataDir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	client := fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t))
 	args := []string{"--data-dir", dataDir, "--embedded-etcd-client-url", client,
-		"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+		"--embedded-etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t))}
 	a := startAgent(t, args, "NODENAME=solo", "IP=198.51.100.7/24")
 	a.waitReady(t)
 

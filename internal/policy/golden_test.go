@@ -577,14 +577,7 @@ func checkConsistent(t *testing.T, r *policy.Result) {
 							t.Errorf("IPv%d %s: %s uses missing set %s", f.Version, tbl.Name, where, m.Set)
 						}
 					case policy.MatchPorts:
-						n := 0
-						for _, p := range m.Ports {
-							n++
-							if p.First != p.Last {
-								n++
-							}
-						}
-						if n > 15 {
+						if n := m.Slots(); n > policy.MultiportSlots {
 							t.Errorf("IPv%d %s: %s: multiport with %d slots", f.Version, tbl.Name, where, n)
 						}
 					}

@@ -1,18 +1,17 @@
 package policy_test
 
 import (
-	"flag"
 	"fmt"
-	"os"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/policy/sim"
+	"github.com/projectcalico/calico-node/internal/testkit/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 const node = "node1"
 
@@ -208,41 +207,26 @@ func dump(r *policy.Result) string {
 // -update.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the compiled output (run with -update to accept):\n%s", path, diff(string(want), got))
-	}
+	goldentest.Check(t, filepath.Join("testdata", name+".golden"), []byte(got))
 }
 
-// diff shows the first differing lines; enough to see what changed.
-func diff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	shown := 0
-	for i := 0; i < len(wl) || i < len(gl); i++ {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, w, g)
-			if shown++; shown == 10 {
-				break
-			}
-		}
+// mustSets are the IP sets of a compiled family, as the simulator reads
+// them.
+func mustSets(t testing.TB, f *policy.Family) *sim.Sets {
+	t.Helper()
+	sets, err := sim.NewSets(f)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.String()
+	return sets
+}
+
+// simFamily is the compiled family of src's IP version and its IP sets.
+func simFamily(t testing.TB, res *policy.Result, src netip.Addr) (*policy.Family, *sim.Sets) {
+	t.Helper()
+	f := res.V4
+	if src.Is6() {
+		f = res.V6
+	}
+	return f, mustSets(t, f)
 }

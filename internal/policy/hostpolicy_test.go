@@ -51,14 +51,7 @@ func runWalks(t *testing.T, s *policy.Snapshot, walks []walk) {
 	for _, w := range walks {
 		t.Run(w.name, func(t *testing.T) {
 			src := netip.MustParseAddr(w.src)
-			f := res.V4
-			if src.Is6() {
-				f = res.V6
-			}
-			sets, err := sim.NewSets(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f, sets := simFamily(t, res, src)
 			sets = sets.WithRoutes(sim.RoutesFor(s, "eth0"))
 			sport := w.sport
 			if sport == 0 {
@@ -400,10 +393,7 @@ func TestUnsupportedMatchesFailClosed(t *testing.T) {
 			if !slices.Contains(res.Problems, tc.problem) {
 				t.Errorf("problems %q\ndo not contain %q", res.Problems, tc.problem)
 			}
-			sets, err := sim.NewSets(res.V4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sets := mustSets(t, res.V4)
 			sets = sets.WithRoutes(sim.RoutesFor(s, "eth0"))
 			for _, p := range []struct {
 				proto uint8

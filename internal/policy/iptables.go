@@ -71,13 +71,33 @@ type MatchSet struct {
 	IPPort bool
 }
 
-// MatchPorts matches the source or destination port against up to 15
-// multiport slots (a range takes two). It requires a preceding protocol
-// match for tcp, udp, sctp or udplite.
+// MatchPorts matches the source or destination port against up to
+// MultiportSlots multiport slots (a range takes two). It requires a
+// preceding protocol match for tcp, udp, sctp or udplite.
 type MatchPorts struct {
 	Not   bool
 	Dir   Dir
 	Ports []PortRange
+}
+
+// MultiportSlots is iptables' limit on the slots of one multiport match.
+const MultiportSlots = 15
+
+// Slots is how many multiport slots the match's ports take.
+func (m MatchPorts) Slots() int {
+	n := 0
+	for _, p := range m.Ports {
+		n += p.slots()
+	}
+	return n
+}
+
+// slots is 1 for a single port, 2 for a range.
+func (p PortRange) slots() int {
+	if p.First == p.Last {
+		return 1
+	}
+	return 2
 }
 
 // MatchICMP matches the ICMP (V6: ICMPv6) type and optionally the code.

@@ -330,14 +330,7 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.WorkloadEndpoints {
 		w := &s.WorkloadEndpoints[i]
 		e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
-		for _, n := range w.Spec.IPNetworks {
-			p, err := hostPrefix(n)
-			if err != nil {
-				m.problem("WorkloadEndpoint %s: ipNetworks: %q is not an address", e.name, n)
-				continue
-			}
-			e.nets = append(e.nets, p)
-		}
+		e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
 		ports := w.Spec.Ports
 		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
 			return ports[i].Name, ports[i].Protocol, ports[i].Port
@@ -347,14 +340,7 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.HostEndpoints {
 		h := &s.HostEndpoints[i]
 		e := &entity{kind: "hep", name: h.Name, labels: mergeLabels(h.Labels, h.Spec.Profiles, plabels)}
-		for _, n := range h.Spec.ExpectedIPs {
-			p, err := hostPrefix(n)
-			if err != nil {
-				m.problem("HostEndpoint %s: expectedIPs: %q is not an address", h.Name, n)
-				continue
-			}
-			e.nets = append(e.nets, p)
-		}
+		e.nets = m.endpointNets("HostEndpoint "+h.Name+": expectedIPs", h.Spec.ExpectedIPs)
 		ports := h.Spec.Ports
 		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
 			return ports[i].Name, ports[i].Protocol, ports[i].Port
@@ -383,25 +369,40 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	}
 }
 
+// parsePrefixes parses each item with parse; an item it refuses is a
+// problem ("<what>: <item> is not <kind>") and left out.
+func (m *model) parsePrefixes(what, kind string, items []string, parse func(string) (netip.Prefix, error)) []netip.Prefix {
+	var out []netip.Prefix
+	for _, item := range items {
+		p, err := parse(item)
+		if err != nil {
+			m.problem("%s: %q is not %s", what, item, kind)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// endpointNets parses an endpoint's addresses (what names the field),
+// each as its host prefix.
+func (m *model) endpointNets(what string, addrs []string) []netip.Prefix {
+	return m.parsePrefixes(what, "an address", addrs, hostPrefix)
+}
+
 // setNets parses a network set's nets. A /0 cannot go into a hash:net IP
 // set, so, as felix does, it becomes the two /1 halves.
 func (m *model) setNets(what string, nets []string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, n := range nets {
-		p, err := parsePrefix(n)
-		if err != nil {
-			m.problem("%s: nets: %q is not a CIDR or address", what, n)
-			continue
+	for _, p := range m.parsePrefixes(what+": nets", "a CIDR or address", nets, parsePrefix) {
+		switch {
+		case p.Bits() != 0:
+			out = append(out, p)
+		case p.Addr().Is4():
+			out = append(out, netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/1"))
+		default:
+			out = append(out, netip.MustParsePrefix("::/1"), netip.MustParsePrefix("8000::/1"))
 		}
-		if p.Bits() == 0 {
-			if p.Addr().Is4() {
-				out = append(out, netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/1"))
-			} else {
-				out = append(out, netip.MustParsePrefix("::/1"), netip.MustParsePrefix("8000::/1"))
-			}
-			continue
-		}
-		out = append(out, p)
 	}
 	return out
 }
@@ -572,16 +573,7 @@ func (m *model) spoofable(name string, prefixes []string, allowed bool) []netip.
 		m.problem("WorkloadEndpoint %s: allowSpoofedSourcePrefixes ignored: FelixConfiguration workloadSourceSpoofing is not \"Any\"", name)
 		return nil
 	}
-	var out []netip.Prefix
-	for _, c := range prefixes {
-		p, err := parsePrefix(c)
-		if err != nil {
-			m.problem("WorkloadEndpoint %s: allowSpoofedSourcePrefixes: %q is not a CIDR or address", name, c)
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
+	return m.parsePrefixes("WorkloadEndpoint "+name+": allowSpoofedSourcePrefixes", "a CIDR or address", prefixes, parsePrefix)
 }
 
 // placeHosts decides which local host endpoint owns each interface, as

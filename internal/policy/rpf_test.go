@@ -81,10 +81,7 @@ func TestSpoofedSourcesAreDropped(t *testing.T) {
 		if len(res.Problems) != 1 {
 			t.Fatalf("problems %q, want the refused prefixes reported", res.Problems)
 		}
-		sets, err := sim.NewSets(res.V4)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sets := mustSets(t, res.V4)
 		got, err := sim.Walk(res.V4, sets.WithRoutes(sim.RoutesFor(s, "eth0")), sim.Hop{Path: sim.Forward, In: ifClient, Out: ifDB},
 			sim.Packet{Src: netip.MustParseAddr(webIP), Dst: netip.MustParseAddr(dbIP), Proto: 6, SrcPort: 40000, DstPort: 5432})
 		if err != nil {

@@ -300,20 +300,17 @@ func filterNets(nets []netip.Prefix, v6, negated bool) ([]netip.Prefix, bool) {
 	return out, len(out) == 0
 }
 
-// splitPorts groups ports into multiport matches of at most 15 slots (a
-// range takes two), iptables' limit.
+// splitPorts groups ports into multiport matches of at most
+// MultiportSlots slots (a range takes two), iptables' limit.
 func splitPorts(ports []PortRange) [][]PortRange {
 	var splits [][]PortRange
 	var cur []PortRange
-	free := 15
+	free := MultiportSlots
 	for _, p := range ports {
-		need := 1
-		if p.First != p.Last {
-			need = 2
-		}
+		need := p.slots()
 		if free < need {
 			splits = append(splits, cur)
-			cur, free = nil, 15
+			cur, free = nil, MultiportSlots
 		}
 		cur = append(cur, p)
 		free -= need
@@ -519,60 +516,16 @@ func (c *famCompiler) renderRule(r *parsedRule) []Rule {
 	if r.protocol != nil {
 		m = append(m, protocolMatch(*r.protocol, false))
 	}
-	for _, n := range src.nets {
-		m = append(m, MatchNet{Dir: Src, Net: n})
-	}
-	for _, s := range setNames(src.sets) {
-		m = append(m, MatchSet{Dir: Src, Set: s})
-	}
-	for _, split := range srcSplits {
-		m = append(m, MatchPorts{Dir: Src, Ports: split})
-	}
-	for _, s := range srcNamed {
-		m = append(m, MatchSet{Dir: Src, Set: s, IPPort: true})
-	}
-	for _, n := range dst.nets {
-		m = append(m, MatchNet{Dir: Dst, Net: n})
-	}
-	for _, s := range setNames(dst.sets) {
-		m = append(m, MatchSet{Dir: Dst, Set: s})
-	}
-	for _, split := range dstSplits {
-		m = append(m, MatchPorts{Dir: Dst, Ports: split})
-	}
-	for _, s := range dstNamed {
-		m = append(m, MatchSet{Dir: Dst, Set: s, IPPort: true})
-	}
+	m = append(m, endMatch(Src, false, src.nets, setNames(src.sets), srcSplits, srcNamed)...)
+	m = append(m, endMatch(Dst, false, dst.nets, setNames(dst.sets), dstSplits, dstNamed)...)
 	if r.icmp != nil && r.icmp.Type != nil {
 		m = append(m, icmpMatch(r.icmp, v6, false))
 	}
 	if r.notProtocol != nil {
 		m = append(m, protocolMatch(*r.notProtocol, true))
 	}
-	for _, n := range src.notNets {
-		m = append(m, MatchNet{Not: true, Dir: Src, Net: n})
-	}
-	for _, s := range setNames(src.notSets) {
-		m = append(m, MatchSet{Not: true, Dir: Src, Set: s})
-	}
-	for _, split := range splitPorts(src.notPorts) {
-		m = append(m, MatchPorts{Not: true, Dir: Src, Ports: split})
-	}
-	for _, s := range setNames(src.notNamed) {
-		m = append(m, MatchSet{Not: true, Dir: Src, Set: s, IPPort: true})
-	}
-	for _, n := range dst.notNets {
-		m = append(m, MatchNet{Not: true, Dir: Dst, Net: n})
-	}
-	for _, s := range setNames(dst.notSets) {
-		m = append(m, MatchSet{Not: true, Dir: Dst, Set: s})
-	}
-	for _, split := range splitPorts(dst.notPorts) {
-		m = append(m, MatchPorts{Not: true, Dir: Dst, Ports: split})
-	}
-	for _, s := range setNames(dst.notNamed) {
-		m = append(m, MatchSet{Not: true, Dir: Dst, Set: s, IPPort: true})
-	}
+	m = append(m, endMatch(Src, true, src.notNets, setNames(src.notSets), splitPorts(src.notPorts), setNames(src.notNamed))...)
+	m = append(m, endMatch(Dst, true, dst.notNets, setNames(dst.notSets), splitPorts(dst.notPorts), setNames(dst.notNamed))...)
 	if r.notICMP != nil && r.notICMP.Type != nil {
 		m = append(m, icmpMatch(r.notICMP, v6, true))
 	}
@@ -586,6 +539,25 @@ func (c *famCompiler) renderRule(r *parsedRule) []Rule {
 		out[i].Comment = append(out[i].Comment, r.comments...)
 	}
 	return out
+}
+
+// endMatch is the criteria on one end (dir) of a rule, in felix's order:
+// nets, IP sets, port groups, named-port sets; all negated when not.
+func endMatch(dir Dir, not bool, nets []netip.Prefix, sets []string, portSplits [][]PortRange, named []string) Match {
+	var m Match
+	for _, n := range nets {
+		m = append(m, MatchNet{Not: not, Dir: dir, Net: n})
+	}
+	for _, s := range sets {
+		m = append(m, MatchSet{Not: not, Dir: dir, Set: s})
+	}
+	for _, split := range portSplits {
+		m = append(m, MatchPorts{Not: not, Dir: dir, Ports: split})
+	}
+	for _, s := range named {
+		m = append(m, MatchSet{Not: not, Dir: dir, Set: s, IPPort: true})
+	}
+	return m
 }
 
 func icmpMatch(f *api.ICMPFields, v6, negate bool) MatchICMP {

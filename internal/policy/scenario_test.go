@@ -33,14 +33,7 @@ func runProbes(t *testing.T, s *policy.Snapshot, probes []probe) {
 	for _, p := range probes {
 		t.Run(p.name, func(t *testing.T) {
 			src := netip.MustParseAddr(p.src)
-			f := res.V4
-			if src.Is6() {
-				f = res.V6
-			}
-			sets, err := sim.NewSets(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f, sets := simFamily(t, res, src)
 			pkt := sim.Packet{Src: src, Dst: netip.MustParseAddr(p.dst), Proto: p.proto, SrcPort: 40000,
 				DstPort: p.dport, ICMPType: p.icmpType, State: p.state}
 			if p.postrouting {

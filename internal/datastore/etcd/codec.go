@@ -81,13 +81,6 @@ func (k *kindEntry) tier(obj api.Object) string {
 	return defaultTierName
 }
 
-// policyNames maps the name a policy is written with to the name it is
-// stored under and the name recorded for the user (see the package doc);
-// the Kubernetes datastore shares the rule.
-func policyNames(name, tier string) (etcdName, userName string) {
-	return datastore.PolicyNames(name, tier)
-}
-
 // toStorage rewrites a private copy into its stored form: headers set,
 // resourceVersion dropped, and for policies the tier-prefixed name, the
 // name annotation and the tier label. It returns the etcd key.
@@ -101,7 +94,9 @@ func (k *kindEntry) toStorage(obj api.Object) (string, error) {
 		return k.key(m.Namespace, m.Name), nil
 	}
 	tier := k.tier(obj)
-	etcdName, userName := policyNames(m.Name, tier)
+	// The name it is stored under and the one recorded for the user (see
+	// the package doc); the Kubernetes datastore shares the rule.
+	etcdName, userName := datastore.PolicyNames(m.Name, tier)
 	recorded, err := json.Marshal(map[string]string{"name": userName})
 	if err != nil {
 		return "", fmt.Errorf("encode policy name annotation: %w", err)

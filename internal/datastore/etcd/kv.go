@@ -176,7 +176,7 @@ func (k kvStore) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 const kvWatchRetry = 2 * time.Second
 
 func (k kvStore) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
-	out := make(chan datastore.KVEvent, watchBuffer)
+	out := make(chan datastore.KVEvent, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(k.s.ctx, cancel)
 	go func() {
@@ -192,7 +192,7 @@ func (k kvStore) Watch(ctx context.Context, prefix string) <-chan datastore.KVEv
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				pause = 0
 			}
-			if !sendKV(ctx, out, datastore.KVEvent{Err: fmt.Errorf("watch %s: %w", prefix, err)}) {
+			if !datastore.Send(ctx, out, datastore.KVEvent{Err: fmt.Errorf("watch %s: %w", prefix, err)}) {
 				return
 			}
 			select {
@@ -212,7 +212,7 @@ func (k kvStore) listAndWatch(ctx context.Context, prefix string, out chan<- dat
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
-	if !sendKV(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: kvs, Rev: rev}) {
+	if !datastore.Send(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: kvs, Rev: rev}) {
 		return ctx.Err()
 	}
 	// Without a leader a member cannot know it is current; make it cancel
@@ -237,20 +237,11 @@ func (k kvStore) listAndWatch(ctx context.Context, prefix string, out chan<- dat
 					e.KV.Value = ev.PrevKv.Value
 				}
 			}
-			if !sendKV(ctx, out, e) {
+			if !datastore.Send(ctx, out, e) {
 				return ctx.Err()
 			}
 			rev = ev.Kv.ModRevision
 		}
 	}
 	return errors.New("channel closed")
-}
-
-func sendKV(ctx context.Context, out chan<- datastore.KVEvent, e datastore.KVEvent) bool {
-	select {
-	case out <- e:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -14,18 +14,12 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-const (
-	watchBuffer    = 256
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-)
-
 // Watch streams the changes to resources of kind ("" for all kinds) from
 // fromRevision on, inclusive; 0 means changes after the call. A consumer
 // that starts from List's revision r passes r+1. The channel is closed when
 // ctx is done or the Store is closed, and only then.
 func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
-	out := make(chan datastore.Event, watchBuffer)
+	out := make(chan datastore.Event, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.ctx, cancel)
 	w := &watcher{s: s, out: out, prefix: Prefix}
@@ -206,19 +200,14 @@ func (w *watcher) fail(ctx context.Context, err error) {
 }
 
 func (w *watcher) emit(ctx context.Context, e datastore.Event) bool {
-	select {
-	case w.out <- e:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return datastore.Send(ctx, w.out, e)
 }
 
 // backoff is a capped exponential delay.
 type backoff struct{ d time.Duration }
 
 func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, backoffInitial), backoffMax)
+	b.d = datastore.NextWatchBackoff(b.d)
 	return b.d
 }
 

@@ -5,21 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/datastore/guard"
-	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // backends runs fn against a guarded store on each datastore: etcd, and
@@ -29,32 +26,17 @@ func backends(t *testing.T, fn func(t *testing.T, raw datastore.Store)) {
 		srv := etcdtest.Start(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s, err := etcd.New(ctx, datastore.Config{Endpoints: srv.Endpoints})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
+		fn(t, storetest.Etcd(t, ctx, srv.Endpoints))
 	})
 	t.Run("kdd", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("-short: no kube-apiserver")
 		}
 		c := kubetest.Start(t, kubetest.WithoutControllerManager())
-		if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-			t.Fatalf("apply CRDs: %v\n%s", err, out)
-		}
-		if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
-			t.Fatalf("wait for CRDs: %v\n%s", err, out)
-		}
+		c.InstallCalicoCRDs(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
+		fn(t, storetest.KDD(t, ctx, c))
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // coreCluster is a kube-apiserver with Calico's CRDs and a Store on it as
@@ -35,12 +33,7 @@ func startCore(t *testing.T) *coreCluster {
 	c := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	s, err := New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
 	if err != nil {
 		t.Fatalf("New: %v", err)

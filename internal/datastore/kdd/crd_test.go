@@ -23,19 +23,13 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // startKDD runs a kube-apiserver with Calico's CRDs and connects a Store.
 func startKDD(t *testing.T) (*kubetest.Cluster, *Store) {
 	t.Helper()
 	c := kubetest.Start(t, kubetest.WithoutControllerManager())
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: c.Kubeconfig}})
@@ -546,21 +540,7 @@ func testCRDWatch(t *testing.T, c *kubetest.Cluster, s *Store) {
 	ctx := testCtx(t)
 	next := func(t *testing.T, ch <-chan datastore.Event) datastore.Event {
 		t.Helper()
-		for {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					t.Fatal("watch closed")
-				}
-				if ev.Err != nil {
-					t.Logf("watch reports %v", ev.Err)
-					continue
-				}
-				return ev
-			case <-time.After(30 * time.Second):
-				t.Fatal("no watch event in 30s")
-			}
-		}
+		return nextEvent(t, ch, func(datastore.Event) bool { return true })
 	}
 	expect := func(t *testing.T, ch <-chan datastore.Event, typ datastore.EventType, ns, name, rv string) {
 		t.Helper()

@@ -23,7 +23,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // ipamCluster is a kube-apiserver with Calico's CRDs, shared by the IPAM
@@ -36,12 +35,7 @@ type ipamCluster struct {
 // TestIPAMOnKubernetes runs the IPAM store against a real kube-apiserver.
 func TestIPAMOnKubernetes(t *testing.T) {
 	c := kubetest.Start(t, kubetest.WithoutControllerManager())
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	k := &ipamCluster{Cluster: c, ctx: ctx}

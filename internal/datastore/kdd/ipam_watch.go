@@ -27,7 +27,7 @@ var ipamWatched = []*ipamResource{ipamBlocks, ipamAffinities}
 // last revision seen; a failed or expired one (410 Gone) makes the whole
 // Watch list again and send a fresh Reset.
 func (k *ipamKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
-	out := make(chan datastore.KVEvent, watchBuffer)
+	out := make(chan datastore.KVEvent, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(k.s.ctx, cancel)
 	var rs []*ipamResource
@@ -46,11 +46,11 @@ func (k *ipamKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEv
 			if ctx.Err() != nil {
 				return
 			}
-			wait = min(max(2*wait, backoffInitial), backoffMax)
+			wait = datastore.NextWatchBackoff(wait)
 			if gone(err) {
 				wait = 0 // the revision expired: relist at once
 			}
-			if !sendKV(ctx, out, datastore.KVEvent{Err: fmt.Errorf("watch %s on %s: %w", prefix, k, err)}) {
+			if !datastore.Send(ctx, out, datastore.KVEvent{Err: fmt.Errorf("watch %s on %s: %w", prefix, k, err)}) {
 				return
 			}
 			t := time.NewTimer(wait)
@@ -97,7 +97,7 @@ func (k *ipamKV) listAndWatch(ctx context.Context, prefix string, rs []*ipamReso
 		ws[i] = w
 	}
 	slices.SortFunc(all, func(a, b datastore.KeyValue) int { return cmp.Compare(a.Key, b.Key) })
-	if !sendKV(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: all, Rev: rev}) {
+	if !datastore.Send(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: all, Rev: rev}) {
 		return ctx.Err()
 	}
 	healthy()
@@ -185,7 +185,7 @@ func (w *ipamResourceWatch) handle(ctx context.Context, ev watchEvent, out chan<
 		key, value, deleted, err := w.r.decode(obj)
 		if err != nil {
 			// Keep what was known: a bad write should not remove it.
-			if !sendKV(ctx, out, datastore.KVEvent{Err: fmt.Errorf("%s %s: %w", w.r.plural, name, err), Rev: rev}) {
+			if !datastore.Send(ctx, out, datastore.KVEvent{Err: fmt.Errorf("%s %s: %w", w.r.plural, name, err), Rev: rev}) {
 				return ctx.Err()
 			}
 			break
@@ -218,14 +218,5 @@ func (w *ipamResourceWatch) send(ctx context.Context, out chan<- datastore.KVEve
 	if !strings.HasPrefix(ev.KV.Key, w.prefix) {
 		return true
 	}
-	return sendKV(ctx, out, ev)
-}
-
-func sendKV(ctx context.Context, out chan<- datastore.KVEvent, e datastore.KVEvent) bool {
-	select {
-	case out <- e:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return datastore.Send(ctx, out, ev)
 }

@@ -3,7 +3,6 @@ package kdd_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // TestNewNeedsCRDs: without Calico's CRDs the store refuses to start with
@@ -28,12 +26,7 @@ func TestNewNeedsCRDs(t *testing.T) {
 		t.Fatalf("New without CRDs: got %v, want a ConfigError naming deploy/crds.yaml", err)
 	}
 
-	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
-		t.Fatalf("apply CRDs: %v\n%s", err, out)
-	}
-	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
-		t.Fatalf("wait for CRDs: %v\n%s", err, out)
-	}
+	c.InstallCalicoCRDs(t)
 	s, err := kdd.New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("New with CRDs: %v", err)

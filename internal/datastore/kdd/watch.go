@@ -11,12 +11,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-const (
-	watchBuffer    = 256
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 5 * time.Second
-)
-
 // objectKey identifies a Calico object in a watcher's state.
 type objectKey struct{ kind, ns, name string }
 
@@ -37,7 +31,7 @@ func keyOf(o api.Object) objectKey {
 // expires, is resumed by a fresh list whose difference from what was sent
 // is emitted as ordinary events, so no Reset is needed after the start.
 func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
-	out := make(chan datastore.Event, watchBuffer)
+	out := make(chan datastore.Event, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.ctx, cancel)
 	var ms []mapper
@@ -54,7 +48,7 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 			defer close(out)
 			defer stopOnClose()
 			defer cancel()
-			if send(ctx, out, datastore.Event{Err: err}) {
+			if datastore.Send(ctx, out, datastore.Event{Err: err}) {
 				<-ctx.Done()
 			}
 		}()
@@ -133,7 +127,7 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 			}
 		}
 		sortObjects(all)
-		if !send(ctx, out, datastore.Event{Type: datastore.Reset, Objects: all, Revision: rev}) {
+		if !datastore.Send(ctx, out, datastore.Event{Type: datastore.Reset, Objects: all, Revision: rev}) {
 			return
 		}
 	}
@@ -288,7 +282,7 @@ func (w *sourceWatch) handle(ctx context.Context, ev watchEvent) error {
 		objs, err := w.m.convert(w.i, ev.Object)
 		if err != nil {
 			// Keep what was known: a bad write should not remove it.
-			send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: fmt.Errorf("%s %s: %w", w.src.resource, key, err)}, Revision: rev})
+			datastore.Send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: fmt.Errorf("%s %s: %w", w.src.resource, key, err)}, Revision: rev})
 			break
 		}
 		if !w.change(ctx, key, objs, rev) {
@@ -325,12 +319,12 @@ func (w *sourceWatch) change(ctx context.Context, key string, objs []api.Object,
 			}
 			typ = datastore.Modified
 		}
-		if !send(ctx, w.out, datastore.Event{Type: typ, Object: o, Revision: revOf(o, rev)}) {
+		if !datastore.Send(ctx, w.out, datastore.Event{Type: typ, Object: o, Revision: revOf(o, rev)}) {
 			return false
 		}
 	}
 	for _, o := range prev {
-		if !send(ctx, w.out, datastore.Event{Type: datastore.Deleted, Object: o, Revision: rev}) {
+		if !datastore.Send(ctx, w.out, datastore.Event{Type: datastore.Deleted, Object: o, Revision: rev}) {
 			return false
 		}
 	}
@@ -346,23 +340,14 @@ func revOf(o api.Object, fallback int64) int64 {
 
 // fail reports err and waits out the backoff; false when ctx ended.
 func (w *sourceWatch) fail(ctx context.Context, err error) bool {
-	if !send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
+	if !datastore.Send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
 		return false
 	}
-	w.wait = min(max(2*w.wait, backoffInitial), backoffMax)
+	w.wait = datastore.NextWatchBackoff(w.wait)
 	t := time.NewTimer(w.wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func send(ctx context.Context, out chan<- datastore.Event, e datastore.Event) bool {
-	select {
-	case out <- e:
 		return true
 	case <-ctx.Done():
 		return false

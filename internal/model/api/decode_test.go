@@ -92,6 +92,17 @@ func TestEtcdValuesRoundTrip(t *testing.T) {
 	}
 }
 
+// decodeFile reads a YAML file, failing the test if it cannot, and
+// decodes, defaults and validates its documents.
+func decodeFile(t *testing.T, path string) ([]Document, error) {
+	t.Helper()
+	in, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return DecodeAndValidate(in)
+}
+
 // TestReferenceYAMLShapes applies the YAML documents that produced the
 // reference etcd contents (decode, Default, Validate) and compares the
 // resulting spec and status JSON byte for byte with what Calico stored.
@@ -108,11 +119,7 @@ func TestReferenceYAMLShapes(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			in, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			docs, err := DecodeAndValidate(in)
+			docs, err := decodeFile(t, file)
 			if err != nil || len(docs) != 1 || docs[0].Err != nil {
 				t.Fatalf("DecodeAndValidate: %v %+v", err, docs)
 			}
@@ -160,11 +167,7 @@ func TestExamplesDecodeAndValidate(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			in, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			docs, err := DecodeAndValidate(in)
+			docs, err := decodeFile(t, file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,11 +195,7 @@ func TestExamplesDecodeAndValidate(t *testing.T) {
 func TestExampleContents(t *testing.T) {
 	read := func(name string) []Document {
 		t.Helper()
-		in, err := os.ReadFile("testdata/examples/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs, err := DecodeAndValidate(in)
+		docs, err := decodeFile(t, "testdata/examples/"+name)
 		if err != nil {
 			t.Fatal(err)
 		}

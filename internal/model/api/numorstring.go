@@ -20,6 +20,28 @@ import (
 // leaves the value unchanged.
 func isNull(b []byte) bool { return string(bytes.TrimSpace(b)) == "null" }
 
+// unmarshalNumOrString decodes JSON that is a number or a quoted string
+// into *v: a string through fromString, a bare number through fromNumber
+// (given its text). null leaves *v unchanged.
+func unmarshalNumOrString[T any](b []byte, v *T, fromString, fromNumber func(string) (T, error)) error {
+	if isNull(b) {
+		return nil
+	}
+	text, parse := string(bytes.TrimSpace(b)), fromNumber
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &text); err != nil {
+			return err
+		}
+		parse = fromString
+	}
+	x, err := parse(text)
+	if err != nil {
+		return err
+	}
+	*v = x
+	return nil
+}
+
 // NumOrStringType says which member of a Uint8OrString is set.
 type NumOrStringType int
 
@@ -37,27 +59,18 @@ type Uint8OrString struct {
 }
 
 func (u *Uint8OrString) UnmarshalJSON(b []byte) error {
-	if isNull(b) {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
+	return unmarshalNumOrString(b, u, func(s string) (Uint8OrString, error) {
 		if n, err := strconv.ParseUint(s, 10, 8); err == nil {
-			*u = Uint8OrString{Type: NumOrStringNum, NumVal: uint8(n)}
-		} else {
-			*u = Uint8OrString{Type: NumOrStringString, StrVal: s}
+			return Uint8OrString{Type: NumOrStringNum, NumVal: uint8(n)}, nil
 		}
-		return nil
-	}
-	n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 8)
-	if err != nil {
-		return fmt.Errorf("must be a number 0-255 or a string")
-	}
-	*u = Uint8OrString{Type: NumOrStringNum, NumVal: uint8(n)}
-	return nil
+		return Uint8OrString{Type: NumOrStringString, StrVal: s}, nil
+	}, func(num string) (Uint8OrString, error) {
+		n, err := strconv.ParseUint(num, 10, 8)
+		if err != nil {
+			return Uint8OrString{}, fmt.Errorf("must be a number 0-255 or a string")
+		}
+		return Uint8OrString{Type: NumOrStringNum, NumVal: uint8(n)}, nil
+	})
 }
 
 func (u Uint8OrString) MarshalJSON() ([]byte, error) {
@@ -205,27 +218,13 @@ func PortFromString(s string) (Port, error) {
 }
 
 func (p *Port) UnmarshalJSON(b []byte) error {
-	if isNull(b) {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := PortFromString(s)
+	return unmarshalNumOrString(b, p, PortFromString, func(num string) (Port, error) {
+		n, err := strconv.ParseUint(num, 10, 16)
 		if err != nil {
-			return err
+			return Port{}, fmt.Errorf("port %s is out of range: must be 0-65535", num)
 		}
-		*p = v
-		return nil
-	}
-	n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 16)
-	if err != nil {
-		return fmt.Errorf("port %s is out of range: must be 0-65535", bytes.TrimSpace(b))
-	}
-	*p = SinglePort(uint16(n))
-	return nil
+		return SinglePort(uint16(n)), nil
+	})
 }
 
 func (p Port) MarshalJSON() ([]byte, error) {
@@ -282,32 +281,17 @@ func ASNumberFromString(s string) (ASNumber, error) {
 }
 
 func (a *ASNumber) UnmarshalJSON(b []byte) error {
-	if isNull(b) {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := ASNumberFromString(s)
+	return unmarshalNumOrString(b, a, ASNumberFromString, func(num string) (ASNumber, error) {
+		n, err := strconv.ParseUint(num, 10, 32)
 		if err != nil {
-			return err
+			if strings.Contains(num, ".") {
+				// YAML turned an unquoted dotted AS number into a float.
+				return 0, fmt.Errorf("AS number %s is not valid: quote the dotted form (\"1.10\")", num)
+			}
+			return 0, fmt.Errorf("AS number %s is out of range: must be 0-4294967295", num)
 		}
-		*a = v
-		return nil
-	}
-	s := string(bytes.TrimSpace(b))
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil {
-		if strings.Contains(s, ".") {
-			// YAML turned an unquoted dotted AS number into a float.
-			return fmt.Errorf("AS number %s is not valid: quote the dotted form (\"1.10\")", s)
-		}
-		return fmt.Errorf("AS number %s is out of range: must be 0-4294967295", s)
-	}
-	*a = ASNumber(n)
-	return nil
+		return ASNumber(n), nil
+	})
 }
 
 func (a ASNumber) String() string { return strconv.FormatUint(uint64(a), 10) }

@@ -4,46 +4,22 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
-// newTestNamespace creates a throwaway network namespace with `ip netns add`
-// (so no thread of this process changes namespace) and returns a netlink
-// handle on it. Everything is removed in t.Cleanup.
+// newTestNamespace creates a throwaway network namespace (netnstest) and
+// returns a netlink handle on it; both go when the test ends.
 func newTestNamespace(t *testing.T) *netlink.Handle {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs the ip command to create a network namespace")
-	}
-	name := fmt.Sprintf("autodetect-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns delete %s: %v: %s", name, err, out)
-		}
-	})
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatalf("open namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatalf("netlink handle in %s: %v", name, err)
-	}
-	t.Cleanup(h.Close)
-	return h
+	return netnstest.New(t, "autodetect-test").Netlink(t)
 }
 
 func addAddr(t *testing.T, h *netlink.Handle, link netlink.Link, cidr string) {

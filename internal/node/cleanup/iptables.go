@@ -118,7 +118,7 @@ func planSaved(s Saved) ([]TablePlan, []Kept, map[string]string) {
 		edges := map[string][]string{} // our chain -> our chains it jumps to
 		var foreign []savedRule        // rules we keep
 		for _, r := range t.rules {
-			tokens := splitRule(r.spec)
+			tokens := xtables.SplitRule(r.spec)
 			switch {
 			case ours[r.chain]:
 				for _, tgt := range jumpTargets(tokens) {
@@ -161,7 +161,7 @@ func planSaved(s Saved) ([]TablePlan, []Kept, map[string]string) {
 		}
 		// IP sets that a rule we keep matches on cannot be destroyed.
 		for _, r := range foreign {
-			for _, set := range matchSets(splitRule(r.spec)) {
+			for _, set := range matchSets(xtables.SplitRule(r.spec)) {
 				if ownsSet(set) {
 					if _, ok := keepSets[set]; !ok {
 						keepSets[set] = fmt.Sprintf("a rule that stays uses it (%s %s, %s): %s", familyName(s.Family), t.name, s.Mode, r)
@@ -184,39 +184,6 @@ func planSaved(s Saved) ([]TablePlan, []Kept, map[string]string) {
 		}
 	}
 	return plans, kept, keepSets
-}
-
-// splitRule splits a rule as iptables-save prints it into its words,
-// honouring the double quotes (with backslash escapes) around comments.
-func splitRule(spec string) []string {
-	var out []string
-	var cur strings.Builder
-	inWord, quoted, escaped := false, false, false
-	for _, ch := range spec {
-		switch {
-		case escaped:
-			cur.WriteRune(ch)
-			escaped = false
-		case ch == '\\' && quoted:
-			escaped = true
-		case ch == '"':
-			quoted = !quoted
-			inWord = true
-		case (ch == ' ' || ch == '\t') && !quoted:
-			if inWord {
-				out = append(out, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(ch)
-			inWord = true
-		}
-	}
-	if inWord {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // jumpTargets are the chains a rule jumps or goes to.

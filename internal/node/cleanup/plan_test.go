@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/agent/xtables"
 )
 
 // A node's filter table as the agent leaves it, with other software's
@@ -150,10 +152,10 @@ COMMIT
 }
 
 func TestSplitRule(t *testing.T) {
-	got := splitRule(`-m comment --comment "a \"quoted\" -j cali-X" -j cali-Y`)
+	got := xtables.SplitRule(`-m comment --comment "a \"quoted\" -j cali-X" -j cali-Y`)
 	want := []string{"-m", "comment", "--comment", `a "quoted" -j cali-X`, "-j", "cali-Y"}
 	if !slices.Equal(got, want) {
-		t.Errorf("splitRule = %q, want %q", got, want)
+		t.Errorf("SplitRule = %q, want %q", got, want)
 	}
 	if j := jumpTargets(got); !slices.Equal(j, []string{"cali-Y"}) {
 		t.Errorf("jump targets %q: a comment's text is not a jump", j)

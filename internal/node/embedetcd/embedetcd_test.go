@@ -17,17 +17,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -77,13 +66,13 @@ func client(t *testing.T, endpoints []string) *clientv3.Client {
 
 func TestRunPersistsAcrossRestart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etcd")
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t))
 	// Everything at info and above, as the agent would log by default.
 	var logs proctest.Log
 	cfg := Config{
 		DataDir:   dir,
 		ClientURL: clientURL,
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
 		Logger:    slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil)),
 	}
 
@@ -144,8 +133,8 @@ func TestLogBridgeKeepsRealWarnings(t *testing.T) {
 	var logs proctest.Log
 	srv := New(Config{
 		DataDir:   dir,
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
 		Logger:    slog.New(slog.NewTextHandler(io.MultiWriter(&logs, t.Output()), nil)),
 	})
 	stop := started(t, srv)
@@ -172,7 +161,7 @@ func TestRunPortInUse(t *testing.T) {
 	srv := New(Config{
 		DataDir:   t.TempDir(),
 		ClientURL: "http://" + taken,
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
 		Logger:    testLogger(t),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -227,8 +216,8 @@ func TestRunCancelledBeforeReady(t *testing.T) {
 	cancel()
 	srv := New(Config{
 		DataDir:   t.TempDir(),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", proctest.FreePort(t)),
 		Logger:    testLogger(t),
 	})
 	if err := srv.Run(ctx); err != nil {

@@ -2,8 +2,6 @@ package k8spolicy_test
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,9 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/projectcalico/calico-node/internal/policy/k8spolicy"
+	"github.com/projectcalico/calico-node/internal/testkit/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 func ptr[T any](v T) *T { return &v }
 
@@ -160,18 +157,5 @@ func TestConvertReportsBadRules(t *testing.T) {
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs (run with -update to accept):\nwant:\n%s\ngot:\n%s", path, want, got)
-	}
+	goldentest.Check(t, filepath.Join("testdata", name+".golden"), []byte(got))
 }

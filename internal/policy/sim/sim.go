@@ -543,14 +543,7 @@ func (tr *traversal) match(c policy.Criterion) (bool, error) {
 		if !hasPorts(p.Proto) {
 			return false, fmt.Errorf("port match on protocol %d", p.Proto)
 		}
-		n := 0
-		for _, r := range m.Ports {
-			n++
-			if r.First != r.Last {
-				n++
-			}
-		}
-		if n > 15 {
+		if n := m.Slots(); n > policy.MultiportSlots {
 			return false, fmt.Errorf("multiport match with %d slots", n)
 		}
 		in := false

@@ -41,10 +41,7 @@ func family() *policy.Family {
 
 func TestTraverse(t *testing.T) {
 	f := family()
-	sets, err := sim.NewSets(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sets := mustSets(t, f)
 	a := netip.MustParseAddr
 	tests := []struct {
 		name   string
@@ -94,10 +91,7 @@ func TestTraverseRejectsWhatIptablesRejects(t *testing.T) {
 				Chains: []policy.Chain{{Name: "cali-a", Rules: []policy.Rule{tc.rule}}},
 				Hooks:  []policy.Hook{{Chain: "INPUT", Rule: policy.Rule{Action: policy.Jump{Chain: "cali-a"}}}},
 			}}
-			sets, err := sim.NewSets(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sets := mustSets(t, f)
 			p := sim.Packet{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: 6, DstPort: 80}
 			if _, err := sim.Traverse(f, sets, policy.TableFilter, "INPUT", p, "eth0", ""); err == nil {
 				t.Error("no error")
@@ -157,10 +151,7 @@ func walkFamily() *policy.Family {
 
 func TestWalk(t *testing.T) {
 	f := walkFamily()
-	sets, err := sim.NewSets(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sets := mustSets(t, f)
 	a := netip.MustParseAddr
 	tests := []struct {
 		name      string
@@ -286,10 +277,7 @@ func TestReversePath(t *testing.T) {
 				v = 6
 			}
 			f := raw(v)
-			sets, err := sim.NewSets(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sets := mustSets(t, f)
 			p := sim.Packet{Src: a(tc.src), Dst: a(tc.dst), Proto: 17, SrcPort: 68, DstPort: 67}
 			got, err := sim.Traverse(f, sets.WithRoutes(routes), policy.TableRaw, "PREROUTING", p, tc.in, "")
 			if err != nil {
@@ -347,10 +335,7 @@ func TestAddrTypeLocal(t *testing.T) {
 				src, v = netip.MustParseAddr("2001:db8::1"), 6
 			}
 			f := in(v)
-			sets, err := sim.NewSets(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sets := mustSets(t, f)
 			p := sim.Packet{Src: src, Dst: dst, Proto: 17, SrcPort: 40000, DstPort: 4789}
 			got, err := sim.Traverse(f, sets.WithRoutes(routes), policy.TableFilter, "INPUT", p, "eth0", "")
 			if err != nil {
@@ -364,4 +349,13 @@ func TestAddrTypeLocal(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustSets(t *testing.T, f *policy.Family) *sim.Sets {
+	t.Helper()
+	sets, err := sim.NewSets(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sets
 }

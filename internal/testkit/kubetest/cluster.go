@@ -3,8 +3,6 @@ package kubetest
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -27,8 +25,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 const (
@@ -125,11 +126,11 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 
 	etcd := etcdtest.StartEmbedded(t)
 	dir := t.TempDir()
-	p, err := writePKI(dir)
+	p, err := WritePKI(dir, "kubetest", 7*24*time.Hour)
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
-	c := &Cluster{Dir: dir, CAFile: p.caCert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+	c := &Cluster{Dir: dir, CAFile: p.CACert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
 
 	var api *process
 	for attempt := 0; ; attempt++ {
@@ -144,7 +145,14 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Cleanup(api.stop)
 		c.Host, c.Port = "127.0.0.1", strconv.Itoa(port)
 		c.URL = "https://" + net.JoinHostPort(c.Host, c.Port)
-		err = waitReady(c.URL, p, api)
+		err = WaitReady(c.URL, p, readyTimeout, func() error {
+			select {
+			case <-api.Done():
+				return errors.New("kube-apiserver exited before it was ready")
+			default:
+				return nil
+			}
+		})
 		if err == nil {
 			break
 		}
@@ -155,7 +163,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, api.logPath, api.logTail())
 	}
 
-	if err := writeKubeconfig(c.Kubeconfig, c.URL, p.caCert, p.adminCert, p.adminKey); err != nil {
+	if err := WriteKubeconfig(c.Kubeconfig, "kubetest", c.URL, p.CACert, p.AdminCert, p.AdminKey); err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
 	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -172,7 +180,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 
 	if !o.noKCM {
 		kcmConfig := filepath.Join(dir, "kcm.kubeconfig")
-		if err := writeKubeconfig(kcmConfig, c.URL, p.caCert, p.kcmCert, p.kcmKey); err != nil {
+		if err := WriteKubeconfig(kcmConfig, "kubetest", c.URL, p.CACert, p.KCMCert, p.KCMKey); err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
 		kcm, err := startProcess(bins.ControllerManager, dir, "kube-controller-manager",
@@ -184,8 +192,8 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 			"--leader-elect=false",
 			"--controllers="+strings.Join(append([]string{kcmControllers}, o.controllers...), ","),
 			"--use-service-account-credentials=true",
-			"--root-ca-file="+p.caCert,
-			"--service-account-private-key-file="+p.saKey,
+			"--root-ca-file="+p.CACert,
+			"--service-account-private-key-file="+p.SAKey,
 			"--v=1",
 		)
 		if err != nil {
@@ -216,7 +224,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	return c
 }
 
-func startAPIServer(bin, dir string, p *pki, etcdURL string, port int, extra []string) (*process, error) {
+func startAPIServer(bin, dir string, p *PKI, etcdURL string, port int, extra []string) (*process, error) {
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
@@ -226,13 +234,13 @@ func startAPIServer(bin, dir string, p *pki, etcdURL string, port int, extra []s
 		// "kubernetes" service endpoints against.
 		"--endpoint-reconciler-type=none",
 		"--cert-dir=" + dir,
-		"--tls-cert-file=" + p.serverCert,
-		"--tls-private-key-file=" + p.serverKey,
-		"--client-ca-file=" + p.caCert,
+		"--tls-cert-file=" + p.ServerCert,
+		"--tls-private-key-file=" + p.ServerKey,
+		"--client-ca-file=" + p.CACert,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.saPub,
-		"--service-account-signing-key-file=" + p.saKey,
+		"--service-account-key-file=" + p.SAPub,
+		"--service-account-signing-key-file=" + p.SAKey,
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -251,30 +259,21 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitReady polls /readyz with the admin certificate until it answers 200.
-func waitReady(url string, p *pki, proc *process) error {
-	caPEM, err := os.ReadFile(p.caCert)
+// WaitReady polls the API server at url's /readyz with p's admin
+// certificate until it answers 200, for up to timeout. exited, polled
+// too, stops the wait with its error (the apiserver process is gone).
+func WaitReady(url string, p *PKI, timeout time.Duration, exited func() error) error {
+	tlsCfg, err := pkitest.ClientTLS(p.CACert, p.AdminCert, p.AdminKey)
 	if err != nil {
-		return fmt.Errorf("read CA: %w", err)
+		return err
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	cert, err := tls.LoadX509KeyPair(p.adminCert, p.adminKey)
-	if err != nil {
-		return fmt.Errorf("load admin certificate: %w", err)
-	}
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}},
-	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(readyTimeout)
+	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
-		select {
-		case <-proc.Done():
-			return errors.New("kube-apiserver exited before it was ready")
-		default:
+		if err := exited(); err != nil {
+			return err
 		}
 		resp, err := client.Get(url + "/readyz")
 		if err == nil {
@@ -289,11 +288,12 @@ func waitReady(url string, p *pki, proc *process) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("kube-apiserver at %s not ready after %s (last: %s)", url, readyTimeout, last)
+	return fmt.Errorf("kube-apiserver at %s not ready after %s (last: %s)", url, timeout, last)
 }
 
-// writeKubeconfig writes a kubeconfig with embedded certificates.
-func writeKubeconfig(path, server, caFile, certFile, keyFile string) error {
+// WriteKubeconfig writes a kubeconfig for the API server at server, the
+// certificates embedded; name names its cluster, user and context.
+func WriteKubeconfig(path, name, server, caFile, certFile, keyFile string) error {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", caFile, err)
@@ -307,14 +307,15 @@ func writeKubeconfig(path, server, caFile, certFile, keyFile string) error {
 		return fmt.Errorf("read %s: %w", keyFile, err)
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
-	cfg.CurrentContext = "kubetest"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	cfg.CurrentContext = name
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("encode kubeconfig %s: %w", path, err)
 	}
-	return nil
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // waitServiceAccount waits until namespace/name exists.
@@ -355,6 +356,18 @@ func (c *Cluster) CreateNamespace(t testing.TB, name string, labels map[string]s
 		t.Fatalf("kubetest: %v (is the controller manager running?)", err)
 	}
 	return ns
+}
+
+// InstallCalicoCRDs applies Calico's CRDs (deploy/crds.yaml) and waits
+// until the API server serves them: the Kubernetes datastore's setup.
+func (c *Cluster) InstallCalicoCRDs(t testing.TB) {
+	t.Helper()
+	if out, err := c.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
+		t.Fatalf("kubetest: apply CRDs: %v\n%s", err, out)
+	}
+	if out, err := c.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("kubetest: wait for CRDs: %v\n%s", err, out)
+	}
 }
 
 // Token returns a bound service-account token (the TokenRequest API, as

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/projectcalico/calico-node/agent/xtables"
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -346,7 +347,7 @@ func (n *Node) writeNodeCredentials(path string) error {
 	if err := ca.Issue(leaf, certFile, keyFile); err != nil {
 		return err
 	}
-	return writeKubeconfig(path, n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
+	return WriteKubeconfig(path, "kubetest", n.cluster.URL, n.cluster.CAFile, certFile, keyFile)
 }
 
 // stop undoes StartNode. Pods go first, through the API, so that kubelet
@@ -523,43 +524,12 @@ func RemoveChain(cmd, table, chain string) {
 		line := sc.Text()
 		if strings.HasPrefix(line, "-A ") && (strings.HasSuffix(line, " -j "+chain) || strings.Contains(line, " -j "+chain+" ") ||
 			strings.HasSuffix(line, " -g "+chain) || strings.Contains(line, " -g "+chain+" ")) {
-			args := append([]string{"-t", table, "-D"}, splitRule(strings.TrimPrefix(line, "-A "))...)
+			args := append([]string{"-t", table, "-D"}, xtables.SplitRule(strings.TrimPrefix(line, "-A "))...)
 			exec.Command(cmd, args...).Run()
 		}
 	}
 	exec.Command(cmd, "-t", table, "-F", chain).Run()
 	exec.Command(cmd, "-t", table, "-X", chain).Run()
-}
-
-// splitRule splits an iptables-save rule into arguments, honouring the
-// double quotes iptables-save puts around comments.
-func splitRule(s string) []string {
-	var out []string
-	var cur strings.Builder
-	inQ, have := false, false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case ch == '\\' && inQ && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-		case ch == '"':
-			inQ, have = !inQ, true
-		case ch == ' ' && !inQ:
-			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(ch)
-			have = true
-		}
-	}
-	if have {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // iptablesChains lists "iptables TABLE CHAIN" and "ip6tables TABLE CHAIN"

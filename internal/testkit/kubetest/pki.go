@@ -7,19 +7,23 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 )
 
-// pki is the key material of one control plane, as files in its directory.
-type pki struct {
-	caCert, caKey         string
-	serverCert, serverKey string
-	adminCert, adminKey   string
-	kcmCert, kcmKey       string
-	saKey, saPub          string
+// PKI is the key material of one control plane, as files in its
+// directory: the CA, the apiserver's serving certificate, the client
+// certificates of the admin (group system:masters) and the controller
+// manager, and the service-account signing key pair.
+type PKI struct {
+	CACert, CAKey         string
+	ServerCert, ServerKey string
+	AdminCert, AdminKey   string
+	KCMCert, KCMKey       string
+	SAKey, SAPub          string
 }
 
 // serverNames are what the serving certificate is valid for: loopback, and
@@ -29,23 +33,25 @@ var (
 	serverNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 )
 
-// writePKI generates a CA, the apiserver's serving certificate, client
-// certificates for the admin (group system:masters) and the controller
-// manager, and the service-account signing key pair. The CA key is kept
-// on disk too: StartNode issues kubelet's client certificate with it.
-func writePKI(dir string) (*pki, error) {
-	p := &pki{
-		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
-		serverCert: filepath.Join(dir, "apiserver.crt"), serverKey: filepath.Join(dir, "apiserver.key"),
-		adminCert: filepath.Join(dir, "admin.crt"), adminKey: filepath.Join(dir, "admin.key"),
-		kcmCert: filepath.Join(dir, "kcm.crt"), kcmKey: filepath.Join(dir, "kcm.key"),
-		saKey: filepath.Join(dir, "sa.key"), saPub: filepath.Join(dir, "sa.pub"),
+// WritePKI generates a control plane's PKI in dir, valid for validFor,
+// name prefixing the common names of the CA and the admin. The CA key is
+// kept on disk too: StartNode issues kubelet's client certificate with it.
+func WritePKI(dir, name string, validFor time.Duration) (*PKI, error) {
+	p := &PKI{
+		CACert: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"),
+		ServerCert: filepath.Join(dir, "apiserver.crt"), ServerKey: filepath.Join(dir, "apiserver.key"),
+		AdminCert: filepath.Join(dir, "admin.crt"), AdminKey: filepath.Join(dir, "admin.key"),
+		KCMCert: filepath.Join(dir, "kcm.crt"), KCMKey: filepath.Join(dir, "kcm.key"),
+		SAKey: filepath.Join(dir, "sa.key"), SAPub: filepath.Join(dir, "sa.pub"),
 	}
-	ca, err := pkitest.NewCA("kubetest-ca", 7*24*time.Hour)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	ca, err := pkitest.NewCA(name+"-ca", validFor)
 	if err != nil {
 		return nil, err
 	}
-	if err := ca.Write(p.caCert, p.caKey); err != nil {
+	if err := ca.Write(p.CACert, p.CAKey); err != nil {
 		return nil, err
 	}
 	leaves := []struct {
@@ -53,11 +59,11 @@ func writePKI(dir string) (*pki, error) {
 		certF, keyF string
 	}{
 		{pkitest.Leaf{Subject: pkix.Name{CommonName: "kube-apiserver"}, Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPs: serverIPs, DNSNames: serverNames}, p.serverCert, p.serverKey},
-		{pkitest.Leaf{Subject: pkix.Name{CommonName: "kubetest-admin", Organization: []string{"system:masters"}},
-			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.adminCert, p.adminKey},
+			IPs: serverIPs, DNSNames: serverNames}, p.ServerCert, p.ServerKey},
+		{pkitest.Leaf{Subject: pkix.Name{CommonName: name + "-admin", Organization: []string{"system:masters"}},
+			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.AdminCert, p.AdminKey},
 		{pkitest.Leaf{Subject: pkix.Name{CommonName: "system:kube-controller-manager"},
-			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.kcmCert, p.kcmKey},
+			Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p.KCMCert, p.KCMKey},
 	}
 	for _, l := range leaves {
 		if err := ca.Issue(l.leaf, l.certF, l.keyF); err != nil {
@@ -71,10 +77,10 @@ func writePKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("generate service-account key: %w", err)
 	}
-	if err := pkitest.WriteKey(p.saKey, saKey); err != nil {
+	if err := pkitest.WriteKey(p.SAKey, saKey); err != nil {
 		return nil, err
 	}
-	if err := pkitest.WritePublicKey(p.saPub, &saKey.PublicKey); err != nil {
+	if err := pkitest.WritePublicKey(p.SAPub, &saKey.PublicKey); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -110,6 +110,27 @@ func (n *NS) HTTPClient() *http.Client {
 	}
 }
 
+// Serve accepts connections on l until the test ends, when it closes l;
+// handle serves each connection on a goroutine of its own, which closes
+// the connection after it. A listener keeps the namespace it was made in,
+// so a server inside a namespace is one made there (Dial's way) and served
+// from anywhere.
+func Serve(t testing.TB, l net.Listener, handle func(net.Conn)) {
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+}
+
 // NetlinkAt is a netlink handle for the named namespace (under
 // /var/run/netns), closed when the test ends.
 func NetlinkAt(t testing.TB, name string) *netlink.Handle {

@@ -17,6 +17,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -140,6 +141,24 @@ func (ca *CA) Issue(l Leaf, certFile, keyFile string) error {
 		return err
 	}
 	return WriteKey(keyFile, key)
+}
+
+// ClientTLS is the TLS configuration of a client that trusts the CA in
+// caFile and presents the certificate in certFile (its key in keyFile).
+func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", caFile)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load client certificate: %w", err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // WriteCert writes a DER certificate as PEM, readable by all (0644).

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -255,6 +256,18 @@ func EnvWithout(prefixes ...string) []string {
 		}
 	}
 	return env
+}
+
+// FreePort is a loopback TCP port that was free a moment ago, for a child
+// process (or a server the test starts) to listen on.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pick a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Metric reads one sample line of a Prometheus text endpoint, e.g.

@@ -21,15 +21,10 @@ import (
 	"github.com/projectcalico/calico-node/cniinstall"
 )
 
+// The binaries built for this test process, each at most once.
 var (
-	once     sync.Once
-	built    string
-	buildErr error
-	buildOut []byte
-
-	staticOnce     sync.Once
-	staticBuilt    string
-	staticBuildErr error
+	built       = sync.OnceValues(func() (string, error) { return buildInto("calico-node-bin-") })
+	builtStatic = sync.OnceValues(func() (string, error) { return buildInto("calico-node-static-") })
 )
 
 // Path returns the absolute path of the calico-node binary.
@@ -38,19 +33,11 @@ func Path(t testing.TB) string {
 	if p := os.Getenv("CALICO_NODE_BIN"); p != "" {
 		return p
 	}
-	once.Do(func() {
-		dir, err := os.MkdirTemp("", "calico-node-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		built = filepath.Join(dir, "calico-node")
-		buildOut, buildErr = build(built)
-	})
-	if buildErr != nil {
-		t.Fatalf("build calico-node: %v\n%s", buildErr, buildOut)
+	p, err := built()
+	if err != nil {
+		t.Fatalf("build calico-node: %v", err)
 	}
-	return built
+	return p
 }
 
 // Static returns a statically linked calico-node, as the image holds it:
@@ -64,21 +51,25 @@ func Static(t testing.TB) string {
 	} else if static {
 		return p
 	}
-	staticOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "calico-node-static-")
-		if err != nil {
-			staticBuildErr = err
-			return
-		}
-		staticBuilt = filepath.Join(dir, "calico-node")
-		if out, err := build(staticBuilt); err != nil {
-			staticBuildErr = fmt.Errorf("%w\n%s", err, out)
-		}
-	})
-	if staticBuildErr != nil {
-		t.Fatalf("build static calico-node: %v", staticBuildErr)
+	p, err := builtStatic()
+	if err != nil {
+		t.Fatalf("build static calico-node: %v", err)
 	}
-	return staticBuilt
+	return p
+}
+
+// buildInto builds calico-node into a new temporary directory named
+// prefix* and returns its path.
+func buildInto(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "calico-node")
+	if out, err := build(p); err != nil {
+		return "", fmt.Errorf("%w\n%s", err, out)
+	}
+	return p, nil
 }
 
 // build builds calico-node as `make build` does, with the CNI plugins

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -38,7 +39,7 @@ func TestCRDsUpToDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if *update {
-		if err := writeFile(crdsPath(), want); err != nil {
+		if err := atomicfile.WriteFile(crdsPath(), want, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return

@@ -37,7 +37,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/projectcalico/calico-node/internal/atomicfile"
 )
 
 func main() {
@@ -58,26 +59,5 @@ func run() error {
 		_, err := os.Stdout.Write(data)
 		return err
 	}
-	return writeFile(*out, data)
-}
-
-// writeFile replaces path atomically.
-func writeFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(*out, data, 0o644)
 }

@@ -1,4 +1,4 @@
-package install
+package kubetest
 
 import (
 	"fmt"
@@ -7,21 +7,31 @@ import (
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 )
 
-// hostState is what pods and the agent change in the node's namespace:
-// cali links, routes of Calico's protocol (80), cali-/KUBE-/CNI- chains,
-// cali ipsets.
-func hostState(t *testing.T) string {
+// CheckHostRestored records what pods and the agent change in this
+// process's network namespace (a node's: cali links, routes of Calico's
+// protocol 80, cali-/KUBE-/CNI- chains, cali ipsets) and, when the test
+// ends, fails it if that is not as it was. Cleanups run last-registered
+// first: call it before starting what must be gone by then.
+func CheckHostRestored(t testing.TB) {
+	t.Helper()
+	before := hostState(t)
+	t.Cleanup(func() {
+		if after := hostState(t); after != before {
+			t.Errorf("node namespace not restored:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
+}
+
+func hostState(t testing.TB) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "links: %v\n", caliLinks(t))
+	fmt.Fprintf(&b, "links: %v\n", CaliLinks(t))
 	routes, _ := exec.Command("ip", "route", "show", "proto", "80").Output()
 	fmt.Fprintf(&b, "proto-80 routes: %q\n", routes)
 	var chains []string
-	for _, c := range kubetest.HostChains() {
+	for _, c := range HostChains() {
 		f := strings.Fields(c)
 		if strings.HasPrefix(f[2], "cali") || strings.HasPrefix(f[2], "KUBE-") || strings.HasPrefix(f[2], "CNI-") {
 			chains = append(chains, c)
@@ -32,7 +42,9 @@ func hostState(t *testing.T) string {
 	return b.String()
 }
 
-func caliLinks(t *testing.T) []string {
+// CaliLinks lists the cali* interfaces of this network namespace, sorted.
+func CaliLinks(t testing.TB) []string {
+	t.Helper()
 	ifs, err := net.Interfaces()
 	if err != nil {
 		t.Fatal(err)
@@ -61,17 +73,18 @@ func caliIPSets() []string {
 	return sets
 }
 
-// agentState is what the calico-node pod makes in the node's namespace
-// and leaves there for its next start, as felix does: cali-* chains, cali
-// ipsets and routes of protocol 80 (block blackholes).
-type agentState struct {
+// AgentState is what an agent makes in the node's namespace and leaves
+// there for its next start, as felix does: cali-* chains, cali ipsets and
+// routes of protocol 80 (block blackholes).
+type AgentState struct {
 	chains, ipsets map[string]bool
 	routes         string
 }
 
-func takeAgentState() agentState {
-	s := agentState{chains: map[string]bool{}, ipsets: map[string]bool{}}
-	for _, c := range kubetest.HostChains() {
+// TakeAgentState records the agent's state as it is now.
+func TakeAgentState() AgentState {
+	s := AgentState{chains: map[string]bool{}, ipsets: map[string]bool{}}
+	for _, c := range HostChains() {
 		if strings.HasPrefix(strings.Fields(c)[2], "cali") {
 			s.chains[c] = true
 		}
@@ -84,16 +97,17 @@ func takeAgentState() agentState {
 	return s
 }
 
-// removeSince deletes the agent's chains (and the jumps into them), ipsets
-// and protocol-80 routes that were not there at before: what the pod the
-// test installed made.
-func (before agentState) removeSince() {
-	now := takeAgentState()
+// RemoveSince deletes the agent's chains (and the jumps into them), ipsets
+// and protocol-80 routes that were not there at before: what the agent
+// the test started made. The test owns only what it made, even in a
+// namespace of its own.
+func (before AgentState) RemoveSince() {
+	now := TakeAgentState()
 	// Chains may reference each other: a second pass gets the rest.
 	for pass := 0; pass < 2; pass++ {
-		for _, c := range kubetest.HostChains() {
+		for _, c := range HostChains() {
 			if f := strings.Fields(c); now.chains[c] && !before.chains[c] {
-				kubetest.RemoveChain(f[0], f[1], f[2])
+				RemoveChain(f[0], f[1], f[2])
 			}
 		}
 	}
