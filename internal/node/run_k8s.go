@@ -175,6 +175,7 @@ func (b *builder) kube(a *actors) error {
 			Logger:         b.log,
 			Registerer:     b.reg,
 			Datastore:      b.cfg.datastore.EffectiveType(),
+			LogLevelFixed:  b.cfg.logLevelSet,
 		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
 		if err != nil {
 			return err
