@@ -346,7 +346,7 @@ func (a SNAT) write(b *strings.Builder) {
 		b.WriteString(" --random-fully")
 	}
 }
-func (NoTrack) write(b *strings.Builder)    { b.WriteString("--jump NOTRACK") }
+func (NoTrack) write(b *strings.Builder) { b.WriteString("--jump NOTRACK") }
 
 // Rule is one iptables rule of a chain.
 type Rule struct {
