@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -111,6 +112,17 @@ func TestFelixMetricNames(t *testing.T) {
 		fmt.Fprintf(&b, "%s %s {%s} %s\n", f.GetName(), strings.ToLower(f.GetType().String()), strings.Join(labels, ","), f.GetHelp())
 	}
 	goldentest.Check(t, "testdata/felix-metrics.golden", []byte(b.String()))
+
+	// docs/metrics.md lists each.
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if name := f.GetName(); strings.HasPrefix(name, "felix_") && !strings.Contains(string(doc), "`"+name) {
+			t.Errorf("docs/metrics.md does not list %s", name)
+		}
+	}
 }
 
 // failingApplier counts applies and fails while fail is set.

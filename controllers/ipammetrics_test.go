@@ -3,6 +3,7 @@ package controllers
 import (
 	"maps"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -112,5 +113,20 @@ ipam_allocations_gc_reclamations{ippool="p1",node="a"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipam_allocations_in_use", "ipam_allocations_gc_reclamations"); err != nil {
 		t.Error(err)
+	}
+
+	// docs/metrics.md lists each.
+	doc, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if !strings.Contains(string(doc), "`"+f.GetName()) {
+			t.Errorf("docs/metrics.md does not list %s", f.GetName())
+		}
 	}
 }
