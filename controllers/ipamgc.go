@@ -137,7 +137,7 @@ func (gc *ipamGC) run(ctx context.Context) {
 			clear(gc.candidates)
 			// Collection is off; the IPAM gauges are still kept, as
 			// Calico's IPAM controller keeps them.
-			if err := gc.publish(ctx, nil, nil); err != nil && ctx.Err() == nil {
+			if err := gc.publish(ctx, nil, nil, nil); err != nil && ctx.Err() == nil {
 				gc.log.Warn("IPAM metrics not updated", "err", err)
 			}
 		default:
@@ -174,6 +174,10 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("list calico nodes: %w", err)
 	}
+	pools, err := gc.pools(ctx) // for the metrics' ippool label
+	if err != nil {
+		return err
+	}
 	k8sName := map[string]string{} // calico node -> kubernetes node
 	for _, o := range nodeObjs {
 		n := o.(*api.Node)
@@ -204,7 +208,7 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 			delete(gc.candidates, k) // released by someone else
 		}
 	}
-	if err := gc.publish(ctx, report, nil); err != nil {
+	if err := gc.publish(ctx, report, pools, nil); err != nil {
 		return err
 	}
 
@@ -237,10 +241,6 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("release leaked addresses: %w", err)
 	}
-	pools, err := gc.pools(ctx)
-	if err != nil {
-		return err
-	}
 	gone := map[allocKey]bool{}
 	for i, a := range allocs {
 		k := keyOf(a)
@@ -254,7 +254,7 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 		gc.log.Info("released leaked IP address", "ip", a.IP, "handle", a.Handle, "pod", podOf(a),
 			"node", a.Node, "type", a.Type, "leakedFor", now.Sub(first).Round(time.Second))
 	}
-	return gc.publish(ctx, report, gone)
+	return gc.publish(ctx, report, pools, gone)
 }
 
 // pools lists the IP pools, for the IPAM metrics' ippool label.
@@ -270,9 +270,10 @@ func (gc *ipamGC) pools(ctx context.Context) ([]api.IPPool, error) {
 	return pools, nil
 }
 
-// publish sets the IPAM gauges from report (nil: read IPAM now), leaving
-// out the allocations released since it was made (gone).
-func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, gone map[allocKey]bool) error {
+// publish sets the IPAM gauges from report (nil: read IPAM now) and pools
+// (nil: list them), leaving out the allocations released since the report
+// was made (gone).
+func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, pools []api.IPPool, gone map[allocKey]bool) error {
 	if report == nil {
 		r, err := gc.c.ipam.Check(ctx)
 		if err != nil {
@@ -280,9 +281,11 @@ func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, gone ma
 		}
 		report = r
 	}
-	pools, err := gc.pools(ctx)
-	if err != nil {
-		return err
+	if pools == nil {
+		var err error
+		if pools, err = gc.pools(ctx); err != nil {
+			return err
+		}
 	}
 	nodeObjs, _, err := gc.c.store.List(ctx, "Node", "")
 	if err != nil {
