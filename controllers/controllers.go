@@ -174,8 +174,7 @@ type Controllers struct {
 
 type metrics struct {
 	leader       prometheus.Gauge
-	gcCandidates prometheus.Gauge
-	gcReclaimed  prometheus.Counter
+	ipam         *ipamMetrics
 	nodesRemoved prometheus.Counter
 	syncFailures *prometheus.CounterVec
 }
@@ -239,17 +238,15 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 	}
 	m := &metrics{
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_kube_controllers_leader", Help: "1 while this instance holds the controllers' lease."}),
-		gcCandidates: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipam_allocations_gc_candidates",
-			Help: "IP allocations that look leaked and wait for the grace period."}),
-		gcReclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipam_allocations_gc_reclamations",
-			Help: "Leaked IP allocations released by the garbage collector."}),
+		ipam:   newIPAMMetrics(),
 		nodesRemoved: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_kube_controllers_nodes_removed_total",
 			Help: "Calico nodes removed because their Kubernetes node was deleted."}),
 		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calico_kube_controllers_sync_failures_total",
 			Help: "Failed attempts to sync one object, per controller."}, []string{"controller"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(m.leader, m.gcCandidates, m.gcReclaimed, m.nodesRemoved, m.syncFailures)
+		cfg.Registerer.MustRegister(m.leader, m.nodesRemoved, m.syncFailures)
+		cfg.Registerer.MustRegister(m.ipam.collectors()...)
 	}
 	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc, kdd: kdd, log: log, level: level, metrics: m}
 	if len(cfg.Enabled) == 0 {

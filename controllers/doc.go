@@ -45,6 +45,8 @@
 //     While the datastore is locked for a migration (ClusterInformation
 //     datastoreReady false) nothing is collected and the grace period
 //     starts again at the unlock, as Calico's IPAM controller waits.
+//     Each pass also sets Calico's ipam_* gauges (per pool and node, and
+//     per node; ipammetrics.go), computed purely from the IPAM report.
 //
 // # KubeControllersConfiguration
 //

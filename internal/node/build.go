@@ -39,6 +39,8 @@ type actors struct {
 	confwatchHealth *health.Reporter
 	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
 	felixConfig     *agent.FelixConfig
+	felixMetrics    *agent.MetricsServer // FelixConfiguration prometheusMetrics*: Felix's port (9091)
+	ctrlMetrics     *ctrlMetrics         // KubeControllersConfiguration prometheusMetricsPort (9094)
 	bgp             *bgp.Actor
 	bgpServices     *bgp.ServiceWatcher // nil without a Kubernetes API
 	dataplane       *dataplane
@@ -61,8 +63,13 @@ type builder struct {
 	cfg   runConfig
 	log   *slog.Logger
 	level *slog.LevelVar // the process's log level
-	reg   *prometheus.Registry
-	agg   *health.Aggregator
+	// reg holds the agent's metrics (calico_* and felix_*), ctrlReg the
+	// kube-controllers' (ipam_*, calico_kube_controllers_*), runtime the
+	// go_* and process_* ones: /metrics on the health address serves all
+	// three, Felix's port reg and runtime, kube-controllers' port ctrlReg
+	// and runtime, as the processes calico-node replaces did.
+	reg, ctrlReg, runtime *prometheus.Registry
+	agg                   *health.Aggregator
 }
 
 // build makes every actor cfg asks for and starts none: a configuration
@@ -70,8 +77,9 @@ type builder struct {
 // cannot be configured) stops the process here, before anything has
 // listened, written a file or touched the kernel.
 func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) (_ *actors, err error) {
-	b := &builder{cfg: cfg, log: logger, level: level, reg: prometheus.NewRegistry(), agg: health.NewAggregator()}
-	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b := &builder{cfg: cfg, log: logger, level: level, agg: health.NewAggregator(),
+		reg: prometheus.NewRegistry(), ctrlReg: prometheus.NewRegistry(), runtime: prometheus.NewRegistry()}
+	b.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := &actors{log: logger, store: newStoreFuture()}
 	defer func() {
 		if err != nil {
@@ -120,7 +128,7 @@ func (b *builder) controlPlane(a *actors) error {
 		return err
 	}
 	b.cfg.datastore = ds // install-cni writes the embedded etcd's endpoints into the CNI config
-	a.health = health.NewServer(b.cfg.healthAddr, b.agg, b.reg, b.log)
+	a.health = health.NewServer(b.cfg.healthAddr, b.agg, prometheus.Gatherers{b.reg, b.ctrlReg, b.runtime}, b.log)
 	a.startup = &startupActor{
 		datastore: ds, node: b.cfg.node, future: a.store,
 		health: b.agg.Register("startup", false, true, 0), log: b.log,
@@ -140,7 +148,17 @@ func (b *builder) routing(a *actors) error {
 	// FelixConfiguration settings applied at runtime: logSeverityScreen
 	// (the log level) and routeRefreshInterval (the route table's and the
 	// endpoints' resync); the policy actor reads its own settings.
-	opts := agent.FelixConfigOptions{Node: b.cfg.node.NodeName, Env: felix}
+	// Also: Felix's metrics port (prometheusMetrics*), the Go runtime
+	// (goGCThreshold, goMemoryLimitMB, goMaxProcs), and the report of
+	// fields set to values calico-node does not honour (readiness detail
+	// of "felixconfig", and the log).
+	a.felixMetrics = agent.NewMetricsServer("felix", prometheus.Gatherers{b.reg, b.runtime}, b.log)
+	opts := agent.FelixConfigOptions{
+		Node: b.cfg.node.NodeName, Env: felix,
+		Health:  b.agg.Register("felixconfig", false, false, 0), // news, not a readiness condition
+		Runtime: agent.NewProcessRuntime(),
+		Metrics: a.felixMetrics,
+	}
 	if !b.cfg.logLevelSet {
 		opts.Level = b.level // flag and environment outrank the datastore
 	}
@@ -162,6 +180,9 @@ func (b *builder) routing(a *actors) error {
 	// Until FelixConfiguration is read, the environment's (or Felix's
 	// default) routeRefreshInterval.
 	a.routes = routetable.New(nl, agent.RouteRefreshInterval(felix), b.log)
+	if err := a.routes.RegisterMetrics(b.reg); err != nil {
+		return err
+	}
 	if b.cfg.bgp.enabled {
 		a.routes.Expect(routes.SourceBGP)
 	}
