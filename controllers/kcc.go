@@ -120,9 +120,6 @@ func runConfigFrom(spec *api.KubeControllersConfigurationSpec, kdd bool) runConf
 	if spec.HealthChecks == "Disabled" {
 		rc.ignored = append(rc.ignored, "healthChecks: Disabled: calico-node's own /liveness and /readiness cover the controllers")
 	}
-	if p := spec.PrometheusMetricsPort; p != nil && *p != 0 {
-		rc.ignored = append(rc.ignored, fmt.Sprintf("prometheusMetricsPort: %d: the controllers' metrics are on calico-node's metrics endpoint", *p))
-	}
 	if p := spec.DebugProfilePort; p != nil && *p != 0 {
 		rc.ignored = append(rc.ignored, fmt.Sprintf("debugProfilePort: %d: no profiling server", *p))
 	}

@@ -70,7 +70,6 @@ func TestRunConfigFrom(t *testing.T) {
 			compaction: 0, leakGrace: time.Minute,
 			ignored: []string{
 				"healthChecks: Disabled: calico-node's own /liveness and /readiness cover the controllers",
-				"prometheusMetricsPort: 9094: the controllers' metrics are on calico-node's metrics endpoint",
 				"debugProfilePort: 6060: no profiling server",
 				"controllers.loadBalancer: calico-node has no LoadBalancer IP address controller",
 			}}},
