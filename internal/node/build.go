@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
+	"k8s.io/klog/v2"
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/routes"
@@ -199,19 +200,27 @@ func (b *builder) routing(a *actors) error {
 		var services bgp.ServiceSource
 		if b.cfg.kube.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 			restCfg, err := kubeRESTConfig(b.cfg.kube.kubeconfig)
-			if err != nil {
+			switch {
+			case err != nil && b.cfg.kube.kubeconfig != "":
 				return fmt.Errorf("service advertisement: %w", err)
+			case err != nil:
+				// In a pod without a usable service account: as confd,
+				// whose route generator then does not start.
+				b.log.Warn("per-Service BGP advertisement needs Kubernetes API access; only the service ranges are advertised", "err", err)
+			default:
+				// client-go logs through klog; send it where everything else goes.
+				klog.SetSlogLogger(b.log.With("component", "client-go"))
+				kc, err := kube.New(restCfg)
+				if err != nil {
+					return fmt.Errorf("kubernetes client for service advertisement: %w", err)
+				}
+				node := b.cfg.node.K8sNodeRef
+				if node == "" {
+					node = b.cfg.node.NodeName
+				}
+				a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
+				services = a.bgpServices
 			}
-			kc, err := kube.New(restCfg)
-			if err != nil {
-				return fmt.Errorf("kubernetes client for service advertisement: %w", err)
-			}
-			node := b.cfg.node.K8sNodeRef
-			if node == "" {
-				node = b.cfg.node.NodeName
-			}
-			a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
-			services = a.bgpServices
 		} else {
 			b.log.Info("per-Service BGP advertisement needs Kubernetes API access (KUBECONFIG or in-cluster), and there is none: only the serviceClusterIPs, serviceExternalIPs and serviceLoadBalancerIPs ranges are advertised")
 		}
