@@ -5,7 +5,8 @@
 #                make demo-kdd: the same on the Kubernetes datastore (a real kube-apiserver)
 #   make run     build and run a single node with the embedded etcd
 #   make test    install test prerequisites, build, run every test
-#   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links
+#   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links,
+#                and the portmap and bandwidth CNI plugins install-cni chains after calico
 #   make image   build the container image as an OCI archive, bin/calico-node-image.tar
 
 GO       ?= go
@@ -26,14 +27,19 @@ DEMO_ARGS ?=
 # that kube-bins caches.
 DEMO_KDD = $(findstring kubernetes,$(DEMO_ARGS))
 
-.PHONY: all build image test unit deps kube-bins run demo demo-kdd demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
+.PHONY: all build image test unit deps kube-bins run demo demo-kdd demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane bench-kdd-scale clean
 
 all: build
 
 # CGO_ENABLED=0, as in the Dockerfile: a static binary, which install-cni
-# copies onto nodes of any libc as the CNI plugin.
+# copies onto nodes of any libc as the CNI plugin. portmap and bandwidth
+# (containernetworking/plugins, a go.mod tool) are main packages: they are
+# their own binaries, which install-cni takes from beside calico-node.
+CNI_PLUGINS := github.com/containernetworking/plugins/plugins/meta
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/portmap $(CNI_PLUGINS)/portmap
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/bandwidth $(CNI_PLUGINS)/bandwidth
 	ln -sf calico-node $(BIN)/calico
 	ln -sf calico-node $(BIN)/calico-ipam
 	ln -sf calico-node $(BIN)/calicoctl
@@ -95,6 +101,15 @@ bench-cni: deps build
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
+
+# The Kubernetes API as the datastore at scale: a real kube-apiserver holding
+# a seeded 100-node cluster (3,000 pods), and fleets of 1, 10, 50 and 100
+# simulated agents (one process each: confwatch and the IPAM watches, no
+# kernel): watches held, API server CPU and RSS, start-up, change-to-all-agents
+# latency and burst throughput. KDD_SCALE_AGENTS, KDD_SCALE_NODES,
+# KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST scale it.
+bench-kdd-scale: kube-bins
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkKDDScale -benchtime 1x -timeout 150m ./confwatch/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

@@ -74,6 +74,11 @@ type Cluster struct {
 	// that write behind its back as another API server of the cluster
 	// would while this one is down.
 	EtcdEndpoints []string
+	// APIServerPID is the kube-apiserver's process ID (the restarted
+	// one's after RestartAPIServer), for benchmarks that read its CPU time
+	// and memory from /proc. Never signal it: Start's cleanup, and
+	// StopAPIServer, stop the process.
+	APIServerPID int
 
 	// api is the running kube-apiserver and what restarts it.
 	api *apiServer
@@ -166,6 +171,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		c.URL = "https://" + net.JoinHostPort(c.Host, c.Port)
 		proc, err := c.api.start(c.URL)
 		if err == nil {
+			c.APIServerPID = proc.Cmd.Process.Pid
 			break
 		}
 		if proc == nil {
@@ -260,6 +266,7 @@ func (c *Cluster) RestartAPIServer(t testing.TB) {
 	for {
 		proc, err := c.api.start(c.URL)
 		if err == nil {
+			c.APIServerPID = proc.Cmd.Process.Pid
 			return
 		}
 		if proc != nil && strings.Contains(proc.logTail(), "address already in use") && time.Now().Before(deadline) {
