@@ -31,11 +31,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 // its veth, write the WorkloadEndpoint (and the network's Profile when
 // there is no policy section), print the result. What does not depend on
 // the previous step runs beside it: the Kubernetes pod is read while etcd
-// is connected to and while IPAM makes its first reads (pools,
-// reservations, node labels, the node's affinities: ipam.Prefetch), and
-// the veth is created while addresses are allocated (for a Kubernetes
-// pod, already while etcd is connected to: its veth is replaced whatever
-// the datastore holds, as in Calico).
+// is connected to, and the veth is created while addresses are allocated
+// (for a Kubernetes pod, already while etcd is connected to: its veth is
+// replaced whatever the datastore holds, as in Calico).
 //
 // Every step registers its undo; if a later step fails they run in
 // reverse, so a failed ADD leaves no address, veth or endpoint behind.
@@ -85,10 +83,6 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	store, err := inv.datastore(ctx)
 	if err != nil {
 		return err
-	}
-	if inv.conf.IPAMConf.Type == calicoIPAMType {
-		// IPAM's first reads need nothing from the pod: beside its read.
-		inv.prefetch = inv.ipamClient(store).Prefetch(ctx, inv.node, handleID(inv.conf.Name, inv.args.ContainerID))
 	}
 	inv.phase("connect etcd")
 	// The lock flag is read beside the endpoint and must be clear before

@@ -108,7 +108,6 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 		Attrs:           attrs,
 		NamespaceLabels: nsLabels,
 		Replace:         true,
-		Prefetched:      inv.prefetch,
 	})
 	if err != nil {
 		if isUnavailable(err) {

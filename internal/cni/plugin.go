@@ -24,7 +24,6 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
-	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
 // Plugin names as installed in the CNI bin dir.
@@ -183,9 +182,6 @@ type invocation struct {
 
 	store       datastore.Store
 	sharedStore bool // the host's: not closed with the invocation
-	// prefetch is the allocation's first reads, started by ADD beside
-	// its read of the pod.
-	prefetch *ipam.Prefetch
 
 	// start and last time the command's phases (debug log).
 	start, last time.Time

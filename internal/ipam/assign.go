@@ -42,52 +42,6 @@ type AutoAssignArgs struct {
 	// so that the handle ends up with exactly this request's addresses.
 	// See replaceHandle.
 	Replace bool
-	// Prefetched, from Client.Prefetch for the same Node and HandleID,
-	// replaces AutoAssign's first reads; nil (or another node's or
-	// handle's) reads them now.
-	Prefetched *Prefetch
-}
-
-// Prefetch is the first reads of an allocation, started ahead of it.
-type Prefetch struct {
-	node, handle string
-	done         chan struct{}
-	env          *env
-	err          error
-}
-
-// Prefetch starts reading, in the background, what AutoAssign for
-// handleID on node reads before it looks at blocks: the pools,
-// reservations and the node's labels, the IPAM configuration, the handle
-// and the node's block affinities. A caller with reads of its own (the
-// CNI plugin reads the pod, whose annotations may change the request)
-// overlaps the two and hands the result over in AutoAssignArgs.Prefetched;
-// the blocks are read by AutoAssign, so that a caller serialising
-// allocations (the CNI plugin's IPAM lock) reads them current, and so are
-// the affinities again before AutoAssign claims or borrows a block: an
-// allocation on the same node may have claimed one since.
-func (c *Client) Prefetch(ctx context.Context, node, handleID string) *Prefetch {
-	p := &Prefetch{node: node, handle: handleID, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.env, p.err = c.loadEnv(ctx, node, handleID)
-	}()
-	return p
-}
-
-// take returns the prefetched reads for node and handleID, once: ok is
-// false when p is nil or for another allocation.
-func (p *Prefetch) take(ctx context.Context, node, handleID string) (e *env, ok bool, err error) {
-	if p == nil || p.node != node || p.handle != handleID {
-		return nil, false, nil
-	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		return nil, true, ctx.Err()
-	}
-	e, err, p.env = p.env, p.err, nil
-	return e, e != nil || err != nil, err
 }
 
 // AssignIPArgs is a request for one specific address.
@@ -128,24 +82,14 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 	if use == "" {
 		use = api.IPPoolAllowedUseWorkload
 	}
-	e, ok, err := args.Prefetched.take(ctx, args.Node, args.HandleID)
-	if !ok {
-		e, err = c.loadEnv(ctx, args.Node, args.HandleID)
-	}
+	e, err := c.loadEnv(ctx, args.Node, args.HandleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 	}
-	// Prefetched affinities were read ahead of the caller's lock, perhaps
-	// before an allocation on the same node claimed a block: they serve
-	// while the plan takes from the node's known blocks, and are read
-	// again before it claims or borrows a block or gives up.
-	aheadAffinities := ok
 	if args.Replace {
-		prev := e
 		if e, err = c.replaceHandle(ctx, e, args.Node, args.HandleID); err != nil {
 			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
-		aheadAffinities = aheadAffinities && e == prev
 	}
 	var fams []family
 	for _, f := range []struct {
@@ -183,23 +127,10 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 	for attempt := 0; ; attempt++ {
 		p := &plan{env: e, handleID: args.HandleID, attrs: attrs, maxBlocks: maxBlocks,
 			seq: uint64(c.now().UnixNano()), skip: map[string]bool{}}
-		var planErr error
 		for _, f := range fams {
-			if planErr = c.planFamily(ctx, p, f); planErr != nil {
-				break
+			if err := c.planFamily(ctx, p, f); err != nil {
+				return nil, nil, fmt.Errorf("auto-assign for %s on node %s: %w", args.HandleID, args.Node, err)
 			}
-		}
-		if aheadAffinities && (planErr != nil || !p.onlyKnownBlocks()) {
-			aheadAffinities = false
-			affs, _, err := c.kv.List(ctx, nodeAffinityPrefix(args.Node), false)
-			if err != nil {
-				return nil, nil, fmt.Errorf("auto-assign for %s: read block affinities of %s: %w", args.HandleID, args.Node, err)
-			}
-			e.setAffinities(affs)
-			continue
-		}
-		if planErr != nil {
-			return nil, nil, fmt.Errorf("auto-assign for %s on node %s: %w", args.HandleID, args.Node, planErr)
 		}
 		t, err := p.txn()
 		if err != nil {
@@ -310,17 +241,6 @@ func (p *plan) block(c *Client, key string) *block {
 		return b
 	}
 	return c.snapBlock(p.env.snap, key)
-}
-
-// onlyKnownBlocks reports whether the plan takes addresses only from
-// blocks the env knows as the node's (no new block, nothing borrowed).
-func (p *plan) onlyKnownBlocks() bool {
-	for key := range p.blocks {
-		if cidr, ok := parseBlockKey(key); !ok || !slices.Contains(p.env.affinities, cidr) {
-			return false
-		}
-	}
-	return true
 }
 
 // take allocates up to n addresses from b and records them.

@@ -34,7 +34,6 @@ func TestAllocation(t *testing.T) {
 		{"block limit", testBlockLimit},
 		{"namespace selector", testNamespaceSelector},
 		{"pools written behind validation are skipped", testUnusablePools},
-		{"prefetched reads, stale by the time they are used", testPrefetch},
 	}
 	forEachBackend(t, allBackends, func(t *testing.T, f *fixture) {
 		for _, s := range scenarios {
@@ -549,33 +548,5 @@ func testUnusablePools(t *testing.T, f *fixture) {
 	}
 	if _, _, err := f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "h2", Node: "node1", IPv4Pools: []string{"a-bad-selector"}}); !errors.Is(err, ipam.ErrPoolNotFound) {
 		t.Errorf("requesting the unusable pool: err = %v, want ErrPoolNotFound", err)
-	}
-}
-
-// testPrefetch: an allocation handed reads made before another allocation
-// on the same node claimed the node's block (the CNI plugin prefetches
-// outside its IPAM lock) still gets its own address in that block, and no
-// second block; reads prefetched for another handle are not used.
-func testPrefetch(t *testing.T, f *fixture) {
-	f.create(t, ippool("pool1", "10.19.0.0/24", 28), node("node1", nil))
-	pf := f.c.Prefetch(f.ctx, "node1", "late")
-	first := f.assign4(t, "node1", "early") // claims the block meanwhile
-	v4, _, err := f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "late", Node: "node1", Prefetched: pf})
-	if err != nil || len(v4) != 1 {
-		t.Fatalf("AutoAssign with stale prefetched reads: %v, %v", v4, err)
-	}
-	blk, _ := first.Prefix(28)
-	if got := v4[0].Addr(); got == first || !blk.Contains(got) {
-		t.Errorf("got %s after %s: want another address of block %s", got, first, blk)
-	}
-	if blocks, err := f.c.AffineBlocks(f.ctx, "node1"); err != nil || len(blocks) != 1 {
-		t.Errorf("node1's blocks: %v, %v; want the one", blocks, err)
-	}
-	// Another handle's reads are not used: the pool created after them is.
-	other := f.c.Prefetch(f.ctx, "node1", "someone-else")
-	f.create(t, ippool("pool2", "10.20.0.0/24", 28))
-	v4, _, err = f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "mine", Node: "node1", IPv4Pools: []string{"pool2"}, Prefetched: other})
-	if err != nil || len(v4) != 1 || !mustPrefix("10.20.0.0/24").Contains(v4[0].Addr()) {
-		t.Errorf("AutoAssign from pool2 with another handle's prefetch: %v, %v", v4, err)
 	}
 }

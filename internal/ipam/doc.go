@@ -29,7 +29,6 @@
 //
 //	func New(kv datastore.KV, store PoolSource, logger *slog.Logger) *Client
 //	func (c *Client) AutoAssign(ctx, AutoAssignArgs) (v4, v6 []netip.Prefix, err error) // /32 and /128
-//	func (c *Client) Prefetch(ctx, node, handleID string) *Prefetch // AutoAssign's first reads, ahead (AutoAssignArgs.Prefetched)
 //	func (c *Client) AssignIP(ctx, AssignIPArgs) error           // ErrAddressInUse, ErrNotInPool, ErrPoolDisabled
 //	func (c *Client) ReleaseByHandle(ctx, handleID string) error  // missing handle: nil
 //	func (c *Client) ReleaseIPs(ctx, ips ...netip.Addr) (unallocated []netip.Addr, err error)
