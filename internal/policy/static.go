@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -30,11 +31,12 @@ func (c *famCompiler) inputChain() Chain {
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Goto{chainWorkloadToHost}})
 	}
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
 	rules = append(rules,
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted},
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Action: Jump{chainFromHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainInput, Rules: rules}
 }
@@ -60,7 +62,8 @@ func (c *famCompiler) workloadToHostChain() Chain {
 	default:
 		final = Drop{}
 	}
-	rules = append(rules, Rule{Action: final, Comment: []string{"Configured DefaultEndpointToHostAction"}})
+	rules = append(rules, Rule{Action: final, Comment: []string{"Configured DefaultEndpointToHostAction"},
+		Origin: c.orig.get(Origin{Kind: OriginEndpointToHost, Detail: c.cfg.EndpointToHostAction})})
 	return Chain{Name: chainWorkloadToHost, Rules: rules}
 }
 
@@ -70,15 +73,17 @@ func (c *famCompiler) workloadToHostChain() Chain {
 // subject to host endpoint egress policy unless it was DNAT-ed.
 func (c *famCompiler) outputChain() Chain {
 	m := c.marks
-	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}}}
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
+	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted}}
 	for _, w := range c.wildcards() {
-		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{}})
+		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{},
+			Origin: c.orig.get(Origin{Kind: OriginHostToWorkload, Detail: w})})
 	}
 	rules = append(rules, c.encapOutputRules()...)
 	rules = append(rules,
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Match: Match{MatchConntrack{Not: true, States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainOutput, Rules: rules}
 }
@@ -111,6 +116,7 @@ func (c *famCompiler) forwardChain() Chain {
 			rules = append(rules, Rule{
 				Match:  Match{MatchIface{Out: out, Name: w}, MatchConntrack{States: "RELATED,ESTABLISHED"}},
 				Action: Accept{},
+				Origin: c.orig.get(Origin{Kind: OriginEstablished}),
 			})
 		}
 	}
@@ -126,7 +132,8 @@ func (c *famCompiler) forwardChain() Chain {
 	}
 	rules = append(rules,
 		Rule{Action: Jump{chainToHEPForward}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."},
+			Origin: c.orig.get(Origin{Kind: OriginAccepted})},
 	)
 	return Chain{Name: chainForward, Rules: rules}
 }
@@ -171,7 +178,11 @@ func (c *famCompiler) failsafeRules(ports []api.ProtoPort, portDir Dir, inbound 
 			}
 			m = append(m, MatchNet{Dir: dir, Net: n})
 		}
-		rules = append(rules, Rule{Match: m, Action: Accept{}})
+		detail := proto + ":" + strconv.Itoa(int(pp.Port))
+		if pp.Net != "" {
+			detail += " " + pp.Net
+		}
+		rules = append(rules, Rule{Match: m, Action: Accept{}, Origin: c.orig.get(Origin{Kind: OriginFailsafePort, Detail: detail})})
 	}
 	return rules
 }
@@ -191,6 +202,7 @@ func (c *famCompiler) natChains(active bool) []Chain {
 				MatchSet{Not: true, Dir: Dst, Set: setName(c.version, setIDAllPools)},
 			},
 			Action: action,
+			Origin: c.orig.get(Origin{Kind: OriginNATOutgoing}),
 		})
 	}
 	return []Chain{
