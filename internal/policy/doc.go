@@ -67,6 +67,10 @@
 //     only reached when no policy selects the endpoint in that direction or
 //     every tier passed; what no profile allows is dropped. Established and
 //     related traffic is accepted first; conntrack-invalid traffic dropped.
+//     As in felix, the mark a Pass sets is cleared at the start of each
+//     tier but not before the profiles: after a Pass in the last tier, a
+//     profile's first Pass rule returns whether or not it matches,
+//     skipping the rest of that profile.
 //   - Rule peers given by selectors are IP set matches: one set per
 //     distinct selector (holding the addresses of every matching workload
 //     and host endpoint and the nets of every matching network set, on any
