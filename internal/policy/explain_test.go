@@ -245,8 +245,32 @@ func TestExplainGoldenCases(t *testing.T) {
 // overall verdict against the hops'.
 func checkExplanation(t *testing.T, s *policy.Snapshot, compiled map[string]*policy.Result, ex *explain.Explanation) {
 	t.Helper()
-	verdict := explain.Allow
+	if got := checkHops(t, s, compiled, ex.Packet, ex.Hops, nil); ex.Verdict != got {
+		t.Errorf("%s -> %s: verdict %s, hops say %s", ex.From.Name, ex.To.Name, ex.Verdict, got)
+	}
+	if (ex.Reply != nil) != (ex.Verdict == explain.Allow) {
+		t.Fatalf("%s -> %s: verdict %s, reply %+v: replies are explained exactly for allowed packets", ex.From.Name, ex.To.Name, ex.Verdict, ex.Reply)
+	}
+	if ex.Reply == nil {
+		return
+	}
+	untracked := map[string]bool{}
 	for _, h := range ex.Hops {
+		untracked[h.Node] = h.Untracked
+	}
+	if got := checkHops(t, s, compiled, ex.Reply.Packet, ex.Reply.Hops, untracked); ex.Reply.Verdict != got {
+		t.Errorf("%s -> %s: reply verdict %s, hops say %s", ex.From.Name, ex.To.Name, ex.Reply.Verdict, got)
+	}
+}
+
+// checkHops checks each hop of a packet's way against the simulator and
+// returns the verdict they add up to. untracked (replies only) says on
+// which nodes the connection is untracked: the replies are NEW there,
+// ESTABLISHED elsewhere.
+func checkHops(t *testing.T, s *policy.Snapshot, compiled map[string]*policy.Result, packet explain.Packet, hops []explain.Hop, untracked map[string]bool) string {
+	t.Helper()
+	verdict := explain.Allow
+	for _, h := range hops {
 		ns := *s
 		ns.Node = h.Node
 		res := compiled[h.Node]
@@ -254,10 +278,16 @@ func checkExplanation(t *testing.T, s *policy.Snapshot, compiled map[string]*pol
 			res = policy.Compile(&ns)
 			compiled[h.Node] = res
 		}
-		pkt := sim.Packet{Src: netip.MustParseAddr(ex.Packet.Source), Dst: netip.MustParseAddr(ex.Packet.Destination),
-			Proto: protoOf(ex.Packet.Protocol), SrcPort: ex.Packet.SourcePort, DstPort: ex.Packet.DestinationPort}
-		if ex.Packet.ICMPType != nil {
-			pkt.ICMPType, pkt.ICMPCode = *ex.Packet.ICMPType, *ex.Packet.ICMPCode
+		pkt := sim.Packet{Src: netip.MustParseAddr(packet.Source), Dst: netip.MustParseAddr(packet.Destination),
+			Proto: protoOf(packet.Protocol), SrcPort: packet.SourcePort, DstPort: packet.DestinationPort}
+		if packet.ICMPType != nil {
+			pkt.ICMPType, pkt.ICMPCode = *packet.ICMPType, *packet.ICMPCode
+		}
+		if untracked != nil {
+			pkt.State = "ESTABLISHED"
+			if untracked[h.Node] {
+				pkt.State = "NEW"
+			}
 		}
 		f, sets := simFamily(t, res, pkt.Src)
 		hop := sim.Hop{Path: pathOf(h.Path), In: h.In, Out: h.Out}
@@ -270,9 +300,7 @@ func checkExplanation(t *testing.T, s *policy.Snapshot, compiled map[string]*pol
 			verdict = explain.Deny
 		}
 	}
-	if ex.Verdict != verdict {
-		t.Errorf("%s -> %s: verdict %s, hops say %s", ex.From.Name, ex.To.Name, ex.Verdict, verdict)
-	}
+	return verdict
 }
 
 // trailOf is the explanation's rules in the reference model's terms.
@@ -397,6 +425,7 @@ func TestExplainGoldenOutput(t *testing.T) {
 		{"to another node", "explain-two-nodes", tiersPassAndLog, "ns1/db", "ns2/remote", 6, 8080},
 		{"failsafe port to a host endpoint", "explain-failsafe", hostDenied, "192.0.2.1", "hostendpoint/node1-eth0", 6, 22},
 		{"host endpoint denies", "explain-host-denied", hostDenied, "192.0.2.1", "hostendpoint/node1-eth0", 6, 80},
+		{"untracked policy denies the replies", "explain-reply-denied", goldenEdit("untracked"), "ns1/web", "192.0.2.5", 6, 80},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -439,6 +468,16 @@ func TestExplainGoldenOutput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goldenEdit is the edit of the golden case with that name.
+func goldenEdit(name string) func(*policy.Snapshot) {
+	for _, c := range goldenCases() {
+		if c.name == name {
+			return c.edit
+		}
+	}
+	panic("no golden case " + name)
 }
 
 // tiersPassAndLog is TestTiersPassAndLog's cluster, with a remote pod

@@ -225,9 +225,25 @@ type Explanation struct {
 	// Hops are the nodes the packet crosses, in order, up to the one
 	// that dropped it.
 	Hops []Hop `json:"hops"`
+	// Reply is the fate of the packets that answer an allowed packet, on
+	// their way back: established, they pass tracked policy, but
+	// doNotTrack policy judges every packet (and an untracked connection
+	// has no conntrack entry for its replies to match).
+	Reply *Reply `json:"reply,omitempty"`
 	// Problems are what the compiler had to leave out or enforce
 	// differently on those nodes (a bad selector, an unsupported match).
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Reply is what happens to the answers of an allowed packet.
+type Reply struct {
+	Verdict string `json:"verdict"`
+	Packet  Packet `json:"packet"`
+	// State is the conntrack state the replies have on the first node
+	// they cross: "ESTABLISHED", or "NEW" when doNotTrack policy let the
+	// packet through untracked.
+	State string `json:"state"`
+	Hops  []Hop  `json:"hops"`
 }
 
 // Packet is the packet explained.
@@ -253,6 +269,9 @@ type Hop struct {
 	// dropped a denied packet ("filter FORWARD").
 	Verdict   string `json:"verdict"`
 	DecidedIn string `json:"decidedIn,omitempty"`
+	// Untracked says doNotTrack policy exempted the packet from
+	// connection tracking on this node.
+	Untracked bool `json:"untracked,omitempty"`
 	// Sections are the policies met on the way: one per endpoint chain
 	// the packet went through, and the node's own rules between them.
 	Sections []Section `json:"sections"`
@@ -362,35 +381,108 @@ func Explain(req Request, snapshot SnapshotFunc) (*Explanation, error) {
 			pkt.SrcPort = 40000
 		}
 	}
-	ex := &Explanation{Packet: describePacket(pkt), From: from, To: to, Verdict: Allow}
+	ex := &Explanation{Packet: describePacket(pkt), From: from, To: to}
 	hops, err := plan(from, to, req.Node, req.Uplink)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, h := range hops {
-		s, err := snapshot(h.node)
+	w := walker{snapshot: snapshot, uplink: req.Uplink, compiled: map[string]*compiled{}, seen: map[string]bool{}}
+	ex.Verdict, ex.Hops, err = w.walk(hops, pkt, nil)
+	if err != nil {
+		return nil, err
+	}
+	if ex.Verdict == Allow {
+		// The answers go back the other way, through the same nodes.
+		rhops, err := plan(to, from, req.Node, req.Uplink)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", h.node, err)
+			return nil, err
 		}
-		res := policy.Compile(s)
-		for _, p := range res.Problems {
-			if !seen[p] {
-				seen[p] = true
-				ex.Problems = append(ex.Problems, p)
+		untracked := map[string]bool{}
+		for _, h := range ex.Hops {
+			untracked[h.Node] = h.Untracked
+		}
+		rpkt := reply(pkt)
+		r := &Reply{Packet: describePacket(rpkt), State: "ESTABLISHED"}
+		if len(rhops) > 0 && untracked[rhops[0].node] {
+			r.State = "NEW"
+		}
+		r.Verdict, r.Hops, err = w.walk(rhops, rpkt, untracked)
+		if err != nil {
+			return nil, err
+		}
+		ex.Reply = r
+	}
+	ex.Problems = w.problems
+	return ex, nil
+}
+
+// compiled is one node's compiler input and output.
+type compiled struct {
+	s   *policy.Snapshot
+	res *policy.Result
+}
+
+// walker explains hops, compiling each node once.
+type walker struct {
+	snapshot SnapshotFunc
+	uplink   string
+	compiled map[string]*compiled
+	seen     map[string]bool
+	problems []string
+}
+
+// walk explains pkt along hops up to the first that drops it. untracked,
+// for replies, says on which nodes the connection is untracked: there
+// the replies are NEW, elsewhere ESTABLISHED.
+func (w *walker) walk(hops []plannedHop, pkt sim.Packet, untracked map[string]bool) (string, []Hop, error) {
+	var out []Hop
+	for _, h := range hops {
+		c := w.compiled[h.node]
+		if c == nil {
+			s, err := w.snapshot(h.node)
+			if err != nil {
+				return "", nil, fmt.Errorf("node %s: %w", h.node, err)
+			}
+			c = &compiled{s: s, res: policy.Compile(s)}
+			w.compiled[h.node] = c
+			for _, p := range c.res.Problems {
+				if !w.seen[p] {
+					w.seen[p] = true
+					w.problems = append(w.problems, p)
+				}
 			}
 		}
-		hop, err := ExplainHop(s, res, h.hop, pkt, req.Uplink)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", h.node, err)
+		if untracked != nil {
+			pkt.State = "ESTABLISHED"
+			if untracked[h.node] {
+				pkt.State = "NEW"
+			}
 		}
-		ex.Hops = append(ex.Hops, hop)
+		hop, err := ExplainHop(c.s, c.res, h.hop, pkt, w.uplink)
+		if err != nil {
+			return "", nil, fmt.Errorf("node %s: %w", h.node, err)
+		}
+		out = append(out, hop)
 		if hop.Verdict != Allow {
-			ex.Verdict = Deny
-			break
+			return Deny, out, nil
 		}
 	}
-	return ex, nil
+	return Allow, out, nil
+}
+
+// reply is the answer to p: the addresses and ports swapped, an echo
+// request's echo reply.
+func reply(p sim.Packet) sim.Packet {
+	r := p
+	r.Src, r.Dst = p.Dst, p.Src
+	r.SrcPort, r.DstPort = p.DstPort, p.SrcPort
+	switch {
+	case p.Proto == 1 && p.ICMPType == 8:
+		r.ICMPType = 0
+	case p.Proto == 58 && p.ICMPType == 128:
+		r.ICMPType = 129
+	}
+	return r
 }
 
 // pickAddrs chooses the addresses of one family both ends have, IPv4
@@ -508,7 +600,7 @@ func ExplainHop(s *policy.Snapshot, res *policy.Result, h sim.Hop, pkt sim.Packe
 	if err != nil {
 		return out, err
 	}
-	out.Verdict = Allow
+	out.Verdict, out.Untracked = Allow, w.Untracked
 	if w.Verdict != sim.Accept {
 		out.Verdict = Deny
 		out.DecidedIn = w.DecidedIn()

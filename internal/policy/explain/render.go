@@ -22,25 +22,45 @@ func (e *Explanation) WriteText(w io.Writer) error {
 	for _, pr := range e.Problems {
 		fmt.Fprintf(&b, "  note: %s\n", pr)
 	}
-	for _, h := range e.Hops {
-		fmt.Fprintf(&b, "\nnode %s (%s", h.Node, h.Path)
-		if h.In != "" {
-			fmt.Fprintf(&b, ", in %s", h.In)
+	if r := e.Reply; r != nil {
+		if r.Verdict == Allow {
+			fmt.Fprintf(&b, "  replies (%s): %s\n", r.State, r.Verdict)
+		} else {
+			fmt.Fprintf(&b, "  but its replies (%s) are denied: the connection cannot work\n", r.State)
 		}
-		if h.Out != "" {
-			fmt.Fprintf(&b, ", out %s", h.Out)
-		}
-		fmt.Fprintf(&b, "): %s", h.Verdict)
-		if h.DecidedIn != "" {
-			fmt.Fprintf(&b, " in %s", h.DecidedIn)
-		}
-		b.WriteByte('\n')
-		for _, s := range h.Sections {
-			writeSection(&b, &s)
-		}
+	}
+	writeHops(&b, e.Hops)
+	if r := e.Reply; r != nil && r.Verdict != Allow {
+		rp := r.Packet
+		fmt.Fprintf(&b, "\nreply %s %s -> %s (%s): %s\n", rp.Protocol, endpointAddr(rp.Source, rp.SourcePort),
+			endpointAddr(rp.Destination, rp.DestinationPort), r.State, r.Verdict)
+		writeHops(&b, r.Hops)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func writeHops(b *strings.Builder, hops []Hop) {
+	for _, h := range hops {
+		fmt.Fprintf(b, "\nnode %s (%s", h.Node, h.Path)
+		if h.In != "" {
+			fmt.Fprintf(b, ", in %s", h.In)
+		}
+		if h.Out != "" {
+			fmt.Fprintf(b, ", out %s", h.Out)
+		}
+		fmt.Fprintf(b, "): %s", h.Verdict)
+		if h.DecidedIn != "" {
+			fmt.Fprintf(b, " in %s", h.DecidedIn)
+		}
+		if h.Untracked {
+			b.WriteString(" (untracked)")
+		}
+		b.WriteByte('\n')
+		for _, s := range h.Sections {
+			writeSection(b, &s)
+		}
+	}
 }
 
 func writeSection(b *strings.Builder, s *Section) {
