@@ -325,4 +325,3 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
-
