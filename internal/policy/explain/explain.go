@@ -368,6 +368,13 @@ func Explain(req Request, snapshot SnapshotFunc) (*Explanation, error) {
 	if req.Uplink == "" {
 		req.Uplink = "eth0"
 	}
+	return newWalker(snapshot, req.Uplink).explain(req)
+}
+
+func (w *walker) explain(req Request) (*Explanation, error) {
+	if req.Uplink == "" {
+		req.Uplink = w.uplink
+	}
 	src, dst, err := pickAddrs(req.From, req.To)
 	if err != nil {
 		return nil, err
@@ -386,7 +393,6 @@ func Explain(req Request, snapshot SnapshotFunc) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := walker{snapshot: snapshot, uplink: req.Uplink, compiled: map[string]*compiled{}, seen: map[string]bool{}}
 	ex.Verdict, ex.Hops, err = w.walk(hops, pkt, nil)
 	if err != nil {
 		return nil, err
@@ -412,23 +418,57 @@ func Explain(req Request, snapshot SnapshotFunc) (*Explanation, error) {
 		}
 		ex.Reply = r
 	}
-	ex.Problems = w.problems
+	seen := map[string]bool{}
+	for _, hops := range [][]Hop{ex.Hops, replyHops(ex)} {
+		for _, h := range hops {
+			if seen[h.Node] {
+				continue
+			}
+			seen[h.Node] = true
+			for _, p := range w.compiled[h.Node].res.Problems {
+				if !slices.Contains(ex.Problems, p) {
+					ex.Problems = append(ex.Problems, p)
+				}
+			}
+		}
+	}
 	return ex, nil
 }
 
-// compiled is one node's compiler input and output.
+// compiled is one node's compiler input and output, and what explaining
+// packets there needs of it, made once.
 type compiled struct {
-	s   *policy.Snapshot
-	res *policy.Result
+	s     *policy.Snapshot
+	res   *policy.Result
+	sets  map[int]*sim.Sets // by IP version, with the node's routes
+	lines lineCache
 }
 
-// walker explains hops, compiling each node once.
+func newCompiled(s *policy.Snapshot, res *policy.Result, uplink string) (*compiled, error) {
+	c := &compiled{s: s, res: res, sets: map[int]*sim.Sets{}, lines: lineCache{}}
+	routes := sim.RoutesFor(s, uplink)
+	for _, f := range []*policy.Family{res.V4, res.V6} {
+		if f == nil {
+			continue
+		}
+		sets, err := sim.NewSets(f)
+		if err != nil {
+			return nil, err
+		}
+		c.sets[f.Version] = sets.WithRoutes(routes)
+	}
+	return c, nil
+}
+
+// walker explains packets, compiling each node once.
 type walker struct {
 	snapshot SnapshotFunc
 	uplink   string
 	compiled map[string]*compiled
-	seen     map[string]bool
-	problems []string
+}
+
+func newWalker(snapshot SnapshotFunc, uplink string) *walker {
+	return &walker{snapshot: snapshot, uplink: uplink, compiled: map[string]*compiled{}}
 }
 
 // walk explains pkt along hops up to the first that drops it. untracked,
@@ -443,14 +483,10 @@ func (w *walker) walk(hops []plannedHop, pkt sim.Packet, untracked map[string]bo
 			if err != nil {
 				return "", nil, fmt.Errorf("node %s: %w", h.node, err)
 			}
-			c = &compiled{s: s, res: policy.Compile(s)}
-			w.compiled[h.node] = c
-			for _, p := range c.res.Problems {
-				if !w.seen[p] {
-					w.seen[p] = true
-					w.problems = append(w.problems, p)
-				}
+			if c, err = newCompiled(s, policy.Compile(s), w.uplink); err != nil {
+				return "", nil, fmt.Errorf("node %s: %w", h.node, err)
 			}
+			w.compiled[h.node] = c
 		}
 		if untracked != nil {
 			pkt.State = "ESTABLISHED"
@@ -458,7 +494,7 @@ func (w *walker) walk(hops []plannedHop, pkt sim.Packet, untracked map[string]bo
 				pkt.State = "NEW"
 			}
 		}
-		hop, err := ExplainHop(c.s, c.res, h.hop, pkt, w.uplink)
+		hop, err := c.explainHop(h.hop, pkt)
 		if err != nil {
 			return "", nil, fmt.Errorf("node %s: %w", h.node, err)
 		}
@@ -584,19 +620,23 @@ func plan(from, to End, only, uplink string) ([]plannedHop, error) {
 // every address that is not a local workload's, for the reverse-path
 // check.
 func ExplainHop(s *policy.Snapshot, res *policy.Result, h sim.Hop, pkt sim.Packet, uplink string) (Hop, error) {
-	f := res.V4
-	if pkt.Src.Is6() {
-		f = res.V6
-	}
-	out := Hop{Node: s.Node, Path: h.Path.String(), In: h.In, Out: h.Out}
-	if f == nil {
-		return out, fmt.Errorf("no IPv6 policy is compiled on node %s (ipv6Support is false)", s.Node)
-	}
-	sets, err := sim.NewSets(f)
+	c, err := newCompiled(s, res, uplink)
 	if err != nil {
-		return out, err
+		return Hop{}, err
 	}
-	w, err := sim.Walk(f, sets.WithRoutes(sim.RoutesFor(s, uplink)), h, pkt)
+	return c.explainHop(h, pkt)
+}
+
+func (c *compiled) explainHop(h sim.Hop, pkt sim.Packet) (Hop, error) {
+	f, version := c.res.V4, 4
+	if pkt.Src.Is6() {
+		f, version = c.res.V6, 6
+	}
+	out := Hop{Node: c.s.Node, Path: h.Path.String(), In: h.In, Out: h.Out}
+	if f == nil {
+		return out, fmt.Errorf("no IPv6 policy is compiled on node %s (ipv6Support is false)", c.s.Node)
+	}
+	w, err := sim.Walk(f, c.sets[version], h, pkt)
 	if err != nil {
 		return out, err
 	}
@@ -606,7 +646,7 @@ func ExplainHop(s *policy.Snapshot, res *policy.Result, h sim.Hop, pkt sim.Packe
 		out.DecidedIn = w.DecidedIn()
 	}
 	for _, st := range w.Steps {
-		out.Sections = append(out.Sections, translate(tableOf(f, st.Table), st.Result.Hits)...)
+		out.Sections = append(out.Sections, translate(tableOf(f, st.Table), st.Result.Hits, c.lines)...)
 	}
 	return out, nil
 }

@@ -30,12 +30,16 @@ type translator struct {
 	// last is the origin of the last step: a second rule with the same
 	// origin (a mark set, then the return) belongs to the same step.
 	last *policy.Origin
-	// lines and hashes cache each chain's rendering.
-	lines, hashes map[string][]string
+	lines lineCache
 }
 
-func translate(t *policy.Table, hits []sim.Hit) []Section {
-	tr := &translator{table: t, open: -1, lines: map[string][]string{}, hashes: map[string][]string{}}
+// lineCache holds chains' rendered rules and hashes, by table and chain.
+type lineCache map[[2]string]renderedChain
+
+type renderedChain struct{ lines, hashes []string }
+
+func translate(t *policy.Table, hits []sim.Hit, lines lineCache) []Section {
+	tr := &translator{table: t, open: -1, lines: lines}
 	for _, h := range hits {
 		tr.hit(h)
 	}
@@ -46,16 +50,18 @@ func translate(t *policy.Table, hits []sim.Hit) []Section {
 // iptablesRule is the kernel's view of the hit rule.
 func (tr *translator) iptablesRule(h sim.Hit) IptablesRule {
 	r := IptablesRule{Table: tr.table.Name, Chain: h.Chain, Number: h.Index + 1}
-	if _, ok := tr.lines[h.Chain]; !ok {
+	key := [2]string{tr.table.Name, h.Chain}
+	rc, ok := tr.lines[key]
+	if !ok {
+		// A built-in chain is not in the table: the hit is one of our
+		// hooks.
 		if c := tr.table.Chain(h.Chain); c != nil {
-			tr.lines[h.Chain], tr.hashes[h.Chain] = c.Lines(), c.Hashes()
-		} else {
-			// A built-in chain: the hit is one of our hooks.
-			tr.lines[h.Chain], tr.hashes[h.Chain] = nil, nil
+			rc = renderedChain{c.Lines(), c.Hashes()}
 		}
+		tr.lines[key] = rc
 	}
-	if l := tr.lines[h.Chain]; h.Index < len(l) {
-		r.Text, r.Hash = l[h.Index], policy.HashPrefix+tr.hashes[h.Chain][h.Index]
+	if h.Index < len(rc.lines) {
+		r.Text, r.Hash = rc.lines[h.Index], policy.HashPrefix+rc.hashes[h.Index]
 	} else {
 		for _, hk := range tr.table.Hooks {
 			if hk.Chain == h.Chain && hk.Rule.Action == h.Rule.Action {
