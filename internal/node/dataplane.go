@@ -3,9 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/netip"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/overlay"
@@ -83,7 +80,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// restored) is read by the actor from the merged configuration: the
 	// default applies when neither FELIX_* nor the datastore sets it.
 	dp.policy = agent.NewPolicy(agent.PolicyConfig{
-		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: hostInterfaces,
+		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: agent.NetlinkHostInterfaces,
 		Registerer: b.reg, Logger: b.log,
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
@@ -107,25 +104,4 @@ type xtablesApplier struct{ *xtables.Programmer }
 func (x xtablesApplier) Apply(ctx context.Context, f *policy.Family) error {
 	_, err := x.Programmer.Apply(ctx, f)
 	return err
-}
-
-// hostInterfaces lists the addresses of this namespace's interfaces.
-func hostInterfaces() (map[string][]netip.Addr, error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	out := map[string][]netip.Addr{}
-	for _, l := range links {
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
-		}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				out[l.Attrs().Name] = append(out[l.Attrs().Name], ip.Unmap())
-			}
-		}
-	}
-	return out, nil
 }

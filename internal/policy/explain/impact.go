@@ -46,8 +46,9 @@ type probePort struct {
 
 // Impact compares the cluster before and after a change: for every pair
 // of ends, where one is an endpoint on a node (a workload or host
-// endpoint) and the other any endpoint or a peer address (each network
-// set's, each net the policies name, and one address nothing names), and
+// endpoint) and the other any endpoint, a node's host or a peer address
+// (each network set's, each net the policies name, and one address
+// nothing names), and
 // for every protocol and port the policies of either state name (and one
 // port none does), it explains the packet in both states and reports the
 // ones whose verdict (with its replies) differs. The endpoints of both
@@ -63,7 +64,8 @@ func Impact(before, after SnapshotFunc, uplink string) (*ImpactReport, error) {
 		return nil, err
 	}
 	ends := mergeEnds(endpointEnds(sb), endpointEnds(sa))
-	peers := append(slices.Clone(ends), peerAddrs(sb, sa)...)
+	peers := append(slices.Clone(ends), mergeEnds(nodeEnds(sb), nodeEnds(sa))...)
+	peers = append(peers, peerAddrs(sb, sa)...)
 	ports := probePorts(sb, sa)
 	rep := &ImpactReport{Endpoints: len(ends), Peers: len(peers), Ports: len(ports)}
 	if uplink == "" {
@@ -76,9 +78,9 @@ func Impact(before, after SnapshotFunc, uplink string) (*ImpactReport, error) {
 				continue
 			}
 			// Every endpoint is e in turn, so endpoint pairs are tried
-			// from e only; addresses are tried both ways.
+			// from e only; hosts and addresses are tried both ways.
 			pairs := [][2]End{{e, p}}
-			if p.Kind == KindAddress {
+			if p.Kind == KindAddress || p.Kind == KindNode {
 				pairs = append(pairs, [2]End{p, e})
 			}
 			for _, pair := range pairs {
@@ -225,6 +227,17 @@ func endpointEnds(s *policy.Snapshot) []End {
 	return out
 }
 
+// nodeEnds are the nodes' hosts that have an address.
+func nodeEnds(s *policy.Snapshot) []End {
+	var out []End
+	for i := range s.Nodes {
+		if e := nodeEnd(&s.Nodes[i]); len(e.Addrs) > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // mergeEnds is a's ends and those of b not in a.
 func mergeEnds(a, b []End) []End {
 	out := slices.Clone(a)
@@ -276,10 +289,8 @@ func peerAddrs(ss ...*policy.Snapshot) []End {
 			continue
 		}
 		seen[a] = true
-		// An address an endpoint has is that endpoint, tried as such;
-		// a node's is its host.
-		switch e := resolveAddr(ss[len(ss)-1], a); e.Kind {
-		case KindAddress, KindNode:
+		// An address an endpoint or node has is tried as that.
+		if e := resolveAddr(ss[len(ss)-1], a); e.Kind == KindAddress {
 			out = append(out, e)
 		}
 	}
