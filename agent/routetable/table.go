@@ -311,8 +311,7 @@ type Plan struct {
 	// Add are wanted routes the kernel lacks; Replace wanted ones it has
 	// otherwise; Delete our (protocol 80) routes nobody wants, as the
 	// kernel has them.
-	Add, Replace []routes.Route
-	Delete       []string
+	Add, Replace, Delete []routes.Route
 	// Skipped are wanted routes whose device does not exist.
 	Skipped []routes.Route
 	// Unchanged counts the wanted routes already in place.
@@ -340,8 +339,8 @@ func (t *Table) Plan() (Plan, error) {
 	return p, nil
 }
 
-// describe writes a kernel route as routes.Route.String does.
-func (t *Table) describe(r netlink.Route) string {
+// describe is a kernel route as a routes.Route.
+func (t *Table) describe(r netlink.Route) routes.Route {
 	fam := netlink.FAMILY_V4
 	if r.Dst != nil && r.Dst.IP.To4() == nil {
 		fam = netlink.FAMILY_V6
@@ -370,7 +369,7 @@ func (t *Table) describe(r netlink.Route) string {
 			rr.Dev = fmt.Sprintf("if%d", r.LinkIndex)
 		}
 	}
-	return rr.String()
+	return rr
 }
 
 // applyDiff writes only what changed since the last reconcile. Routes

@@ -47,16 +47,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// The host's iptables flavour, not the image's default: in the
 	// calico-node container `iptables` is the image's (xtables.DetectMode).
 	runner := xtables.ExecRunner{}
-	want := ""
-	if felixEnv != nil && felixEnv.IptablesBackend != nil {
-		switch *felixEnv.IptablesBackend {
-		case api.IptablesBackendLegacy:
-			want = "legacy"
-		case api.IptablesBackendNFTables:
-			want = "nft"
-		}
-	}
-	mode, err := xtables.DetectMode(ctx, runner, want)
+	mode, err := iptablesMode(ctx, runner, felixEnv)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: %w", err)
 	}
@@ -95,6 +86,21 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 		Gate:   dp.ready,
 	})
 	return dp, nil
+}
+
+// iptablesMode is the iptables flavour the agent programs:
+// FELIX_IPTABLESBACKEND's, else the one the host's other users program.
+func iptablesMode(ctx context.Context, runner xtables.Runner, felixEnv *api.FelixConfigurationSpec) (string, error) {
+	want := ""
+	if felixEnv != nil && felixEnv.IptablesBackend != nil {
+		switch *felixEnv.IptablesBackend {
+		case api.IptablesBackendLegacy:
+			want = "legacy"
+		case api.IptablesBackendNFTables:
+			want = "nft"
+		}
+	}
+	return xtables.DetectMode(ctx, runner, want)
 }
 
 // xtablesApplier is the iptables-restore programmer as the policy actor
