@@ -136,7 +136,7 @@ func cmdExplain(s *session) error {
 			return err
 		}
 		cl.completed = func(snap *policy.Snapshot) error {
-			return agent.CompleteSnapshot(snap, agent.NetlinkHostInterfaces, counters.ipv6)
+			return agent.CompleteSnapshot(snap, agent.NetlinkHostInterfaces, counters.ipv6, counters.randomFully)
 		}
 	}
 	any, err := cl.snapshots("")
@@ -223,7 +223,8 @@ func localNodeName(flag string) (string, error) {
 type liveCounters struct {
 	s      *session
 	b4, b6 xtables.Backend
-	ipv6   bool
+	// ipv6 and randomFully are what the agent finds on this host.
+	ipv6, randomFully bool
 }
 
 func newLiveCounters(s *session, env *api.FelixConfigurationSpec) (*liveCounters, error) {
@@ -243,6 +244,8 @@ func newLiveCounters(s *session, env *api.FelixConfigurationSpec) (*liveCounters
 	l := &liveCounters{s: s, b4: xtables.BackendFor(mode, 4), b6: xtables.BackendFor(mode, 6)}
 	_, err = exec.LookPath(l.b6.Save)
 	l.ipv6 = err == nil
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	l.randomFully = xtables.RandomFully(s.ctx, xtables.ExecRunner{}, l.b4, string(release))
 	return l, nil
 }
 

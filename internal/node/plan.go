@@ -134,9 +134,12 @@ func (p *planner) iptables(ctx context.Context, objs map[confwatch.Key]api.Objec
 	_, err = exec.LookPath(b6.Save)
 	ipv6 := err == nil
 	s := agent.PolicySnapshot(objs, p.node, felixEnv)
-	if err := agent.CompleteSnapshot(s, agent.NetlinkHostInterfaces, ipv6); err != nil {
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	randomFully := xtables.RandomFully(ctx, runner, xtables.BackendFor(mode, 4), string(release))
+	if err := agent.CompleteSnapshot(s, agent.NetlinkHostInterfaces, ipv6, randomFully); err != nil {
 		return err
 	}
+	maxSize := agent.MaxIPSetSize(agent.FelixSpec(objs, p.node, felixEnv))
 	res := policy.Compile(s)
 	for _, pr := range res.Problems {
 		p.note("policy: %s", pr)
@@ -146,7 +149,9 @@ func (p *planner) iptables(ctx context.Context, objs map[confwatch.Key]api.Objec
 			continue
 		}
 		b := xtables.BackendFor(mode, f.Version)
-		plan, err := xtables.New(b, runner, nil, p.log).Plan(ctx, f)
+		prog := xtables.New(b, runner, nil, p.log)
+		prog.SetMaxIPSetSize(maxSize)
+		plan, err := prog.Plan(ctx, f)
 		if err != nil {
 			return err
 		}

@@ -285,8 +285,8 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress", Origin{Profile: p, Ingress: true})},
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", Origin{Profile: p})},
+			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress", profileOwner(p), Origin{Profile: p, Ingress: true})},
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p), Origin{Profile: p})},
 		)
 	}
 	return Table{
@@ -437,7 +437,7 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 		func(i string) string { return endpointChain(pfxToHost, i) }, end)...)
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", Origin{Profile: p})})
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p), Origin{Profile: p})})
 	}
 	return true
 }

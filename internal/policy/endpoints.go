@@ -200,13 +200,13 @@ func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
 	}
 	for r := range tb.used {
 		p := r.pol
-		owner := Origin{Tier: p.tier, Policy: p.key, Ingress: r.inbound}
+		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: r.inbound}
 		if r.inbound {
 			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", owner)})
+				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)})
 		} else {
 			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", owner)})
+				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)})
 		}
 	}
 	return out
