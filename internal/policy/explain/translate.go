@@ -29,7 +29,7 @@ type translator struct {
 	parts []IptablesRule
 	// last is the origin of the last step: a second rule with the same
 	// origin (a mark set, then the return) belongs to the same step.
-	last *policy.Origin
+	last  *policy.Origin
 	lines lineCache
 }
 
