@@ -18,6 +18,7 @@ func NewApp() *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			planCommand(),
+			fanoutCommand(),
 			cleanupCommand(),
 			ctl.StatusCommand(),
 			{
