@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/node/health"
 )
@@ -40,6 +42,7 @@ type actors struct {
 	felixMetrics    *agent.MetricsServer // FelixConfiguration prometheusMetrics*: Felix's port (9091)
 	ctrlMetrics     *ctrlMetrics         // KubeControllersConfiguration prometheusMetricsPort (9094)
 	bgp             *bgp.Actor
+	bgpServices     *bgp.ServiceWatcher // nil without a Kubernetes API
 	dataplane       *dataplane
 	cniServer       *cni.Server
 	installCNI      *cniinstall.Installer
@@ -93,12 +96,13 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 		if a.dataplane, err = b.dataplane(ctx, a); err != nil {
 			return nil, err
 		}
-		if cfg.cniSocket != "" {
-			// The plugin processes on this node hand their commands to
-			// it (package cnientry) and fall back to running them
-			// themselves while it is not there.
-			a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
-		}
+	}
+	if cfg.cniSocket != "" {
+		// The plugin processes on this node hand their commands to it
+		// (package cnientry) and fall back to running them themselves
+		// while it is not there. It needs no dataplane: it does what
+		// the plugin would, so --dataplane=none serves it too.
+		a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
 	}
 	if err := b.kube(a); err != nil { // run_k8s.go
 		return nil, err
@@ -188,6 +192,29 @@ func (b *builder) routing(a *actors) error {
 	a.felixConfig.AddRouteRefresher(a.routes)
 
 	if b.cfg.bgp.enabled {
+		// Services whose addresses this node advertises one by one
+		// (BGPConfiguration serviceClusterIPs, serviceExternalIPs,
+		// serviceLoadBalancerIPs), as Calico's confd watches them: from
+		// the Kubernetes API whatever the datastore, when there is one.
+		var services bgp.ServiceSource
+		if b.cfg.kube.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			restCfg, err := kubeRESTConfig(b.cfg.kube.kubeconfig)
+			if err != nil {
+				return fmt.Errorf("service advertisement: %w", err)
+			}
+			kc, err := kube.New(restCfg)
+			if err != nil {
+				return fmt.Errorf("kubernetes client for service advertisement: %w", err)
+			}
+			node := b.cfg.node.K8sNodeRef
+			if node == "" {
+				node = b.cfg.node.NodeName
+			}
+			a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
+			services = a.bgpServices
+		} else {
+			b.log.Info("per-Service BGP advertisement needs Kubernetes API access (KUBECONFIG or in-cluster), and there is none: only the serviceClusterIPs, serviceExternalIPs and serviceLoadBalancerIPs ranges are advertised")
+		}
 		// Sessions, export of this node's blocks, learned routes into
 		// the route table.
 		a.bgp = bgp.New(bgp.Config{
@@ -197,6 +224,7 @@ func (b *builder) routing(a *actors) error {
 			Secrets:      bgp.SecretsDir(b.cfg.bgp.secretsDir),
 			Logger:       b.log,
 			Registerer:   b.reg,
+			Services:     services,
 		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil

@@ -293,6 +293,9 @@ func (a *actors) run(ctx context.Context) error {
 		g.add("route table", after(synced, a.routes.Run))
 	}
 	// BGP: the speaker that replaces BIRD and confd.
+	if a.bgpServices != nil {
+		g.add("bgp services", a.bgpServices.Run)
+	}
 	if a.bgp != nil {
 		g.add("bgp", after(a.store.Ready(), a.bgp.Run))
 	}

@@ -17,6 +17,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/projectcalico/calico-node/cniinstall"
 )
 
 // The binaries built for this test process, each at most once.
@@ -70,13 +72,29 @@ func buildInto(prefix string) (string, error) {
 	return p, nil
 }
 
-// build builds calico-node as `make build` does.
+// build builds calico-node as `make build` does, with the CNI plugins
+// install-cni chains after it (portmap, bandwidth) beside it.
 func build(out string) ([]byte, error) {
 	cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", out, ".")
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return cmd.CombinedOutput()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return b, err
+	}
+	for _, p := range cniinstall.ChainedPlugins {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(filepath.Dir(out), p), cniPluginsMeta+p)
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return b, err
+		}
+	}
+	return nil, nil
 }
+
+// cniPluginsMeta is where containernetworking/plugins keeps portmap and
+// bandwidth.
+const cniPluginsMeta = "github.com/containernetworking/plugins/plugins/meta/"
 
 // isStatic reports whether an ELF executable has no program interpreter.
 func isStatic(path string) (bool, error) {
