@@ -409,9 +409,9 @@ func explainPeer(f whyFacts, pf peerFact, pn policyNames, sessions map[netip.Add
 		return wp
 	}
 	would, label := pn.decide(api.PolicyDirection_EXPORT, policyRoute{Prefix: f.Prefix, Neighbor: s.Addr, Type: routeType(best, sessions)})
-	wouldText := "the export policy would accept it (" + label + ")"
+	wouldText := "the export policy would accept it: " + label
 	if !would.Accept {
-		wouldText = "the export policy would reject it (" + label + ")"
+		wouldText = "the export policy would reject it: " + label
 	}
 	if pf.State != StateEstablished {
 		wp.Sent, wp.Detail = SentNotSent, "the session is "+pf.State+"; once it is up, "+wouldText
@@ -426,10 +426,7 @@ func explainPeer(f whyFacts, pf peerFact, pn policyNames, sessions map[netip.Add
 	}
 	switch {
 	case out == nil:
-		wp.Sent, wp.Detail = SentNotSent, notOffered(f, pf, best, sessions)
-		if !best.local() {
-			wp.Detail += " (" + wouldText + ")"
-		}
+		wp.Sent, wp.Detail = SentNotSent, notOffered(f, pf, best, sessions)+"; "+wouldText
 	case out.Filtered:
 		wp.Sent, wp.Detail = SentFiltered, "rejected by "+label
 		if would.Accept {
