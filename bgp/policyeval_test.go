@@ -177,14 +177,14 @@ func TestPolicyEvalAgreesWithGobgp(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]string{
-		"export 10.244.2.0/26 127.0.0.4":  "BGPFilter edge-filter exportV4[0]",
-		"export 10.244.4.0/26 127.0.0.4":  "BGPFilter edge-filter exportV4[1]",
-		"export 203.0.113.0/24 127.0.0.4": "BGPFilter edge-filter exportV4[2]",
-		"export 10.244.1.0/26 127.0.0.4":  "Calico export: a route this node originates",
-		"export 10.244.1.0/26 127.0.0.3":  "Calico export: a route this node originates",
+		"export 10.244.2.0/26 127.0.0.4":   "BGPFilter edge-filter exportV4[0]",
+		"export 10.244.4.0/26 127.0.0.4":   "BGPFilter edge-filter exportV4[1]",
+		"export 203.0.113.0/24 127.0.0.4":  "BGPFilter edge-filter exportV4[2]",
+		"export 10.244.1.0/26 127.0.0.4":   "Calico export: a route this node originates",
+		"export 10.244.1.0/26 127.0.0.3":   "Calico export: a route this node originates",
 		"export 198.51.100.0/24 127.0.0.3": "Calico export: nothing else is passed on",
 		"export 10.244.200.0/24 127.0.0.2": "Calico export: inside an IP pool",
-		"export 10.245.2.0/26 127.0.0.3":  "Calico export: inside an IP pool with disableBGPExport",
+		"export 10.245.2.0/26 127.0.0.3":   "Calico export: inside an IP pool with disableBGPExport",
 		"import 192.168.1.0/24 127.0.0.4":  "BGPFilter edge-filter importV4[0]",
 		"import 192.168.2.0/30 127.0.0.4":  "BGPFilter edge-filter importV4[1]",
 		"import 172.16.0.0/16 127.0.0.4":   "Calico import: everything no BGPFilter rule rejects",
