@@ -208,7 +208,13 @@ func (a *Actor) currentView() (explainView, error) {
 
 // Why gathers the facts about prefix and explains them.
 func (a *Actor) Why(ctx context.Context, prefix netip.Prefix) (*WhyReport, error) {
-	prefix = netip.PrefixFrom(prefix.Addr().Unmap(), prefix.Bits()).Masked()
+	if prefix.Addr().Is4In6() {
+		prefix = netip.PrefixFrom(prefix.Addr().Unmap(), prefix.Bits()-96)
+	}
+	if !prefix.IsValid() {
+		return nil, fmt.Errorf("invalid prefix %s", prefix)
+	}
+	prefix = prefix.Masked()
 	v, err := a.currentView()
 	if err != nil {
 		return nil, err

@@ -16,6 +16,10 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
+func quietGobgp() server.ServerOption {
+	return server.LoggerOption(&gobgpLogger{log: slog.New(slog.DiscardHandler), book: newStatusBook("", time.Now)})
+}
+
 // plainPeer is a bare gobgp speaker on a loopback address that accepts
 // one session from the speaker under test and originates prefixes.
 type plainPeer struct {
@@ -27,7 +31,7 @@ type plainPeer struct {
 
 func startPlainPeer(t *testing.T, addr string, as uint32, toAS uint32, prefixes ...string) *plainPeer {
 	t.Helper()
-	p := &plainPeer{s: server.NewBgpServer(), addr: netip.MustParseAddr(addr), as: as, port: proctest.FreePort(t)}
+	p := &plainPeer{s: server.NewBgpServer(quietGobgp()), addr: netip.MustParseAddr(addr), as: as, port: proctest.FreePort(t)}
 	go p.s.Serve()
 	ctx := context.Background()
 	if err := p.s.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{
@@ -105,7 +109,7 @@ func TestPolicyEvalAgreesWithGobgp(t *testing.T) {
 	f := Filter(in, sessions, map[netip.Addr][]string{edge.addr: {"edge-filter"}}, filters)
 
 	// The speaker under test, driven as the actor drives it.
-	s := server.NewBgpServer()
+	s := server.NewBgpServer(quietGobgp())
 	go s.Serve()
 	logger := slog.New(slog.DiscardHandler)
 	sp := newSpeaker(s, newStatusBook("a", time.Now), logger)

@@ -333,7 +333,7 @@ func formatAge(d time.Duration) string {
 
 // buildWhy explains f.Prefix.
 func buildWhy(f whyFacts) WhyReport {
-	rep := WhyReport{Node: f.Node, Prefix: f.Prefix.String()}
+	rep := WhyReport{Node: f.Node, Prefix: f.Prefix.String(), Peers: []WhyPeer{}}
 	v := f.View
 	sessions := sessionsByAddr(v.Sessions)
 	pn := newPolicyNames(v.Filter)
