@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -442,4 +443,12 @@ func TestChainedPlugins(t *testing.T) {
 			t.Fatalf("Sync of a calico-only template: %v", err)
 		}
 	})
+}
+
+// TestChainedPluginsBuilt: the test binaries' builder (testbin) builds
+// every plugin the installer installs.
+func TestChainedPluginsBuilt(t *testing.T) {
+	if !slices.Equal(testbin.ChainedPlugins, ChainedPlugins) {
+		t.Errorf("testbin builds %v, the installer installs %v", testbin.ChainedPlugins, ChainedPlugins)
+	}
 }

@@ -784,7 +784,8 @@ func (a access) in(list []access) bool {
 //   - IPAM on its four CRDs (CNI plugin, agent tunnel addresses, IPAM GC);
 //   - start-up's ClusterInformation, tiers and default pools;
 //   - the node controller's removal of a deleted node's BGPPeers,
-//     HostEndpoints and node.<name> configurations;
+//     HostEndpoints and node.<name> configurations, and its automatic
+//     host endpoints;
 //   - the controllers' Lease.
 func kddAccess() []access {
 	var out []access
@@ -822,6 +823,9 @@ func kddAccess() []access {
 	}
 	for _, r := range []string{"bgppeers", "hostendpoints", "felixconfigurations", "bgpconfigurations"} {
 		out = append(out, access{verb: "delete", group: crdGroup, resource: r})
+	}
+	for _, v := range []string{"create", "update"} { // automatic host endpoints
+		out = append(out, access{verb: v, group: crdGroup, resource: "hostendpoints"})
 	}
 	for _, v := range []string{"list", "watch"} { // BGP's per-service advertisement
 		out = append(out, access{verb: v, resource: "services"}, access{verb: v, group: "discovery.k8s.io", resource: "endpointslices"})

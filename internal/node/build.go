@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
+	"k8s.io/klog/v2"
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/routes"
@@ -31,10 +32,13 @@ import (
 type actors struct {
 	log *slog.Logger
 
-	health          *health.Server
-	etcd            *embedetcd.Server
-	startup         *startupActor
-	store           *storeFuture // resolved by startup
+	health  *health.Server
+	etcd    *embedetcd.Server
+	startup *startupActor
+	store   *storeFuture // resolved by startup
+	// watchKV is where the IPAM watches (BGP's, the blocks') read: the
+	// datastore's, or the fan-out's when the agent reads one.
+	watchKV         datastore.KV
 	confwatch       *confwatch.Watcher
 	confwatchHealth *health.Reporter
 	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
@@ -135,7 +139,21 @@ func (b *builder) controlPlane(a *actors) error {
 	}
 	// Built before the group runs, reading the datastore through the
 	// future, so that every other actor can subscribe before it runs.
-	a.confwatch = confwatch.New(a.store, b.log, b.reg)
+	var src confwatch.Source = a.store
+	a.watchKV = a.store.ipam()
+	if fo := b.cfg.fanout; fo.addr != "" {
+		// Resources and IPAM watches from `calico-node fanout`
+		// (fanout.go); reads and writes still go to the datastore.
+		dial, err := fo.dialer()
+		if err != nil {
+			return err
+		}
+		remote := confwatch.NewRemote(dial, b.log)
+		src = afterReady{ready: a.store.Ready(), Source: remote}
+		a.watchKV = remote.KV(a.store.ipam())
+		b.log.Info("reading Calico's resources from the fan-out, not the datastore", "fanout", fo.addr, "tls", fo.caFile != "")
+	}
+	a.confwatch = confwatch.New(src, b.log, b.reg)
 	a.confwatchHealth = b.agg.Register("confwatch", true, true, 0)
 	a.confwatchHealth.Report(true, false, "waiting for datastore")
 	return nil
@@ -199,19 +217,27 @@ func (b *builder) routing(a *actors) error {
 		var services bgp.ServiceSource
 		if b.cfg.kube.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 			restCfg, err := kubeRESTConfig(b.cfg.kube.kubeconfig)
-			if err != nil {
+			switch {
+			case err != nil && b.cfg.kube.kubeconfig != "":
 				return fmt.Errorf("service advertisement: %w", err)
+			case err != nil:
+				// In a pod without a usable service account: as confd,
+				// whose route generator then does not start.
+				b.log.Warn("per-Service BGP advertisement needs Kubernetes API access; only the service ranges are advertised", "err", err)
+			default:
+				// client-go logs through klog; send it where everything else goes.
+				klog.SetSlogLogger(b.log.With("component", "client-go"))
+				kc, err := kube.New(restCfg)
+				if err != nil {
+					return fmt.Errorf("kubernetes client for service advertisement: %w", err)
+				}
+				node := b.cfg.node.K8sNodeRef
+				if node == "" {
+					node = b.cfg.node.NodeName
+				}
+				a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
+				services = a.bgpServices
 			}
-			kc, err := kube.New(restCfg)
-			if err != nil {
-				return fmt.Errorf("kubernetes client for service advertisement: %w", err)
-			}
-			node := b.cfg.node.K8sNodeRef
-			if node == "" {
-				node = b.cfg.node.NodeName
-			}
-			a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
-			services = a.bgpServices
 		} else {
 			b.log.Info("per-Service BGP advertisement needs Kubernetes API access (KUBECONFIG or in-cluster), and there is none: only the serviceClusterIPs, serviceExternalIPs and serviceLoadBalancerIPs ranges are advertised")
 		}
@@ -226,7 +252,7 @@ func (b *builder) routing(a *actors) error {
 			Registerer:   b.reg,
 			Services:     services,
 			Routes:       a.routes,
-		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
+		}, a.confwatch.Subscribe(bgp.Kinds()...), a.watchKV, a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
 }

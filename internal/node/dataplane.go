@@ -43,7 +43,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	dp.endpoints.Gate = dp.ready
 	a.felixConfig.AddRouteRefresher(dp.endpoints)
 	blocks := func(ctx context.Context) <-chan ipam.BlockSnapshot {
-		return ipam.WatchBlocks(ctx, a.store.ipam(), b.log)
+		return ipam.WatchBlocks(ctx, a.watchKV, b.log)
 	}
 	dp.blackholes = agent.NewBlackholes(node, blocks, a.routes, b.log)
 	dp.blackholes.Gate = dp.ready

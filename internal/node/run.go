@@ -41,6 +41,10 @@ type runConfig struct {
 	kube          kubeConfig // run_k8s.go
 	dataplane     bool       // program routes, policy and overlays in this namespace
 	cniSocket     string     // where plugin processes forward CNI commands; "" off
+	// fanout, when its address is set, is the `calico-node fanout` the
+	// agent reads Calico's resources and IPAM watches from instead of
+	// watching the datastore itself (fanout.go).
+	fanout fanoutClientConfig
 }
 
 // bgpConfig is the BGP speaker's part of runConfig.
@@ -94,7 +98,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
 			&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
 			&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
-		}, kubeFlags()...),
+		}, append(kubeFlags(), fanoutClientFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := runConfigFrom(c, os.Getenv)
 			if err != nil {
@@ -115,26 +119,28 @@ func runCommand() *cli.Command {
 	}
 }
 
-func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error) {
-	var cfg runConfig
+// datastoreConfigFrom reads the datastore flags (and the K8S_*
+// variables) that `run` and `fanout` share.
+func datastoreConfigFrom(c *cli.Context, getenv func(string) string) (datastore.Config, error) {
+	var ds datastore.Config
 	if eps := c.String("etcd-endpoints"); eps != "" {
 		for _, e := range strings.Split(eps, ",") {
 			if e = strings.TrimSpace(e); e != "" {
-				cfg.datastore.Endpoints = append(cfg.datastore.Endpoints, e)
+				ds.Endpoints = append(ds.Endpoints, e)
 			}
 		}
 	}
-	cfg.datastore.CACertFile = c.String("etcd-ca-cert-file")
-	cfg.datastore.CertFile = c.String("etcd-cert-file")
-	cfg.datastore.KeyFile = c.String("etcd-key-file")
-	cfg.datastore.Username = c.String("etcd-username")
-	cfg.datastore.Password = c.String("etcd-password")
+	ds.CACertFile = c.String("etcd-ca-cert-file")
+	ds.CertFile = c.String("etcd-cert-file")
+	ds.KeyFile = c.String("etcd-key-file")
+	ds.Username = c.String("etcd-username")
+	ds.Password = c.String("etcd-password")
 	switch t := strings.ToLower(c.String("datastore-type")); t {
 	case datastore.TypeEtcd, "":
-		cfg.datastore.Type = datastore.TypeEtcd
+		ds.Type = datastore.TypeEtcd
 	case datastore.TypeKubernetes:
-		cfg.datastore.Type = datastore.TypeKubernetes
-		cfg.datastore.Kube = datastore.KubeConfig{
+		ds.Type = datastore.TypeKubernetes
+		ds.Kube = datastore.KubeConfig{
 			Kubeconfig:  c.String("kubeconfig"),
 			APIEndpoint: getenv("K8S_API_ENDPOINT"),
 			CAFile:      getenv("K8S_CA_FILE"),
@@ -142,11 +148,20 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 			KeyFile:     getenv("K8S_KEY_FILE"),
 			Token:       getenv("K8S_API_TOKEN"),
 		}
-		if len(cfg.datastore.Endpoints) > 0 {
-			return cfg, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
+		if len(ds.Endpoints) > 0 {
+			return ds, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
 		}
 	default:
-		return cfg, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+		return ds, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+	}
+	return ds, nil
+}
+
+func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error) {
+	var cfg runConfig
+	var err error
+	if cfg.datastore, err = datastoreConfigFrom(c, getenv); err != nil {
+		return cfg, err
 	}
 	cfg.dataDir = c.String("data-dir")
 	cfg.embedClient = c.String("embedded-etcd-client-url")
@@ -228,6 +243,9 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		return cfg, fmt.Errorf("bgp-listen-port %d: not a port", p)
 	}
 	cfg.bgp.secretsDir = c.String("bgp-secrets-dir")
+	if cfg.fanout, err = fanoutClientConfigFrom(c); err != nil { // fanout.go
+		return cfg, err
+	}
 	if err := kubeConfigInto(c, getenv, os.Environ(), &cfg); err != nil {
 		return cfg, err
 	}

@@ -177,6 +177,7 @@ func (b *builder) kube(a *actors) error {
 			Logger:         b.log,
 			Registerer:     b.ctrlReg,
 			Datastore:      b.cfg.datastore.EffectiveType(),
+			LogLevelFixed:  b.cfg.logLevelSet,
 		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
 		if err != nil {
 			return err

@@ -17,9 +17,12 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-
-	"github.com/projectcalico/calico-node/cniinstall"
 )
+
+// ChainedPlugins are cniinstall.ChainedPlugins, built beside calico-node
+// as `make build` builds them. (A copy: cniinstall's tests use this
+// package; its TestChainedPluginsBuilt keeps the two equal.)
+var ChainedPlugins = []string{"portmap", "bandwidth"}
 
 // The binaries built for this test process, each at most once.
 var (
@@ -81,7 +84,7 @@ func build(out string) ([]byte, error) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return b, err
 	}
-	for _, p := range cniinstall.ChainedPlugins {
+	for _, p := range ChainedPlugins {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(filepath.Dir(out), p), cniPluginsMeta+p)
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
