@@ -299,17 +299,26 @@ func (t *Table) Reconcile() error {
 		return err
 	}
 	var errs []error
-	// Delete what nobody wants.
+	// Delete what nobody wants, then replace what is missing or
+	// different, in batches.
+	ops := make([]Op, 0, len(d.del)+len(d.replace))
 	for i := range d.del {
-		if err := t.k.RouteDel(&d.del[i]); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", d.del[i].Dst, err))
-		}
+		ops = append(ops, Op{Del: true, Route: &d.del[i]})
 	}
-	// Replace what is missing or different.
-	for i, nr := range d.replace {
-		if err := t.k.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", nr.Dst, err))
-			d.problems[key(d.changed[i])] = "the kernel refused it: " + err.Error()
+	for _, nr := range d.replace {
+		ops = append(ops, Op{Route: nr})
+	}
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case i < len(d.del):
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", d.del[i].Dst, err))
+			}
+		default:
+			j := i - len(d.del)
+			errs = append(errs, fmt.Errorf("replace route %s: %w", d.replace[j].Dst, err))
+			d.problems[key(d.changed[j])] = "the kernel refused it: " + err.Error()
 		}
 	}
 	t.record(d.want, d.problems)
@@ -466,6 +475,8 @@ func (t *Table) applyDiff() error {
 	want := t.desired()
 	t.skipped = 0
 	var errs []error
+	var ops []Op
+	var keys []string // of ops, for their problems
 	for k, r := range t.last {
 		if _, ok := want[k]; ok {
 			continue
@@ -474,9 +485,7 @@ func (t *Table) applyDiff() error {
 		if err != nil {
 			continue // its device is gone, and the route with it
 		}
-		if err := t.k.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
-		}
+		ops, keys = append(ops, Op{Del: true, Route: nr}), append(keys, k)
 	}
 	problems := map[string]string{}
 	for k, w := range want {
@@ -491,9 +500,18 @@ func (t *Table) applyDiff() error {
 			problems[k] = "not written: " + err.Error()
 			continue
 		}
-		if err := t.k.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
-			problems[k] = "the kernel refused it: " + err.Error()
+		ops, keys = append(ops, Op{Route: nr}), append(keys, k)
+	}
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case ops[i].Del:
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
+			problems[keys[i]] = "the kernel refused it: " + err.Error()
 		}
 	}
 	t.record(want, problems)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"k8s.io/klog/v2"
 
 	"github.com/projectcalico/calico-node/agent"
@@ -52,7 +52,7 @@ type actors struct {
 	installCNI      *cniinstall.Installer
 	controllers     *controllers.Controllers
 
-	nl *netlink.Handle // the routes' and overlay's; closed by close
+	nl *routetable.Netlink // the routes' and overlay's; closed by close
 }
 
 // close releases what building opened.
@@ -189,8 +189,8 @@ func (b *builder) routing(a *actors) error {
 	}
 	// A handle with its own socket: the zero netlink.Handle opens and
 	// closes a socket per request, which dominates installing thousands
-	// of routes.
-	nl, err := netlink.NewHandle()
+	// of routes; and a second socket that writes routes in batches.
+	nl, err := routetable.NewNetlink(netns.None())
 	if err != nil {
 		return fmt.Errorf("open netlink: %w", err)
 	}
