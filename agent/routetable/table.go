@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 )
 
 // key identifies a route in the kernel: its table and destination.
-func key(r routes.Route) string { return fmt.Sprintf("%d/%s", table(r), r.Dst) }
+func key(r routes.Route) string { return strconv.Itoa(table(r)) + "/" + r.Dst.String() }
 
 func table(r routes.Route) int {
 	if r.Table == 0 {
@@ -45,9 +46,13 @@ type Table struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	sources  map[string][]routes.Route
-	expected map[string]bool // sources to wait for before the first write
-	dirty    chan struct{}   // 1-slot: coalesces wake-ups
+	sources  map[string]map[string]routes.Route // by source, then key
+	expected map[string]bool                    // sources to wait for before the first write
+	dirty    chan struct{}                      // 1-slot: coalesces wake-ups
+	// touched are the keys Update changed since the last pass; all: a Set
+	// did, so the next pass merges every source (under mu).
+	touched map[string]bool
+	all     bool
 
 	refresh *refresh.Ticker // full-resync period; 0: none
 
@@ -107,23 +112,27 @@ func (m *metrics) count(rs map[string]routes.Route) {
 	if m == nil {
 		return
 	}
-	n := map[string]int{}
-	ifaces := map[string]map[string]bool{}
+	// Counted by family and table, labelled after: this runs on every
+	// pass over up to tens of thousands of routes.
+	type ft struct{ v6, table int }
+	n := map[ft]int{}
+	ifaces := map[ft]map[string]bool{}
 	for _, r := range rs {
-		label := fmt.Sprintf("IPv%d:%d", 4+2*btoi(r.Dst.Addr().Is6()), table(r))
-		n[label]++
-		if ifaces[label] == nil {
-			ifaces[label] = map[string]bool{}
+		l := ft{btoi(r.Dst.Addr().Is6()), table(r)}
+		n[l]++
+		if ifaces[l] == nil {
+			ifaces[l] = map[string]bool{}
 		}
 		if r.Dev != "" {
-			ifaces[label][r.Dev] = true
+			ifaces[l][r.Dev] = true
 		}
 	}
 	m.routes.Reset()
 	m.ifaces.Reset()
-	for label, c := range n {
+	for l, c := range n {
+		label := fmt.Sprintf("IPv%d:%d", 4+2*l.v6, l.table)
 		m.routes.WithLabelValues(label).Set(float64(c))
-		m.ifaces.WithLabelValues(label).Set(float64(len(ifaces[label])))
+		m.ifaces.WithLabelValues(label).Set(float64(len(ifaces[l])))
 	}
 }
 
@@ -141,7 +150,7 @@ func btoi(b bool) int {
 func New(k Kernel, period time.Duration, logger *slog.Logger) *Table {
 	return &Table{
 		k: k, log: logger.With("component", "routes"), refresh: refresh.NewTicker(period),
-		sources: map[string][]routes.Route{},
+		sources: map[string]map[string]routes.Route{},
 		dirty:   make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
@@ -180,14 +189,23 @@ func (t *Table) ready() bool {
 	return true
 }
 
-// Set replaces the routes wanted by source.
+// Set replaces the routes wanted by source. Of two routes to the same
+// table and destination, the first counts.
 func (t *Table) Set(source string, rs []routes.Route) {
-	cp := append([]routes.Route(nil), rs...)
+	m := make(map[string]routes.Route, len(rs))
+	for _, r := range rs {
+		if k := key(r); !hasKey(m, k) {
+			m[k] = r
+		}
+	}
 	t.mu.Lock()
-	t.sources[source] = cp
+	t.sources[source] = m
+	t.all = true
 	t.mu.Unlock()
 	t.kick()
 }
+
+func hasKey(m map[string]routes.Route, k string) bool { _, ok := m[k]; return ok }
 
 func (t *Table) kick() {
 	select {
@@ -238,13 +256,7 @@ func (t *Table) Run(ctx context.Context) error {
 		if !t.ready() {
 			continue
 		}
-		var err error
-		if full || t.last == nil {
-			err = t.Reconcile()
-		} else {
-			err = t.applyDiff()
-		}
-		if err != nil {
+		if err := t.pass(full); err != nil {
 			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
 			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
 			continue
@@ -256,6 +268,19 @@ func (t *Table) Run(ctx context.Context) error {
 			pendingBackoff = 0
 		}
 	}
+}
+
+// pass is one reconcile of Run's: full lists the kernel; otherwise only
+// what changed since the last pass is written, merging every source after
+// a Set and looking only at the touched destinations after Updates.
+func (t *Table) pass(full bool) error {
+	if full || t.last == nil {
+		return t.Reconcile()
+	}
+	if keys, all := t.takeTouched(); !all {
+		return t.applyDelta(keys)
+	}
+	return t.applyDiff()
 }
 
 // desired merges the sources; earlier sources win conflicts.
@@ -294,6 +319,7 @@ func sameRoute(a, b routes.Route) bool {
 
 // Reconcile makes the kernel match the desired routes once.
 func (t *Table) Reconcile() error {
+	t.takeTouched() // this pass merges everything
 	d, err := t.diff()
 	if err != nil {
 		return err
@@ -363,7 +389,7 @@ func (t *Table) diff() (routeDiff, error) {
 			if !ok {
 				continue
 			}
-			actual[fmt.Sprintf("%d/%s", r.Table, dst)] = r
+			actual[strconv.Itoa(r.Table)+"/"+dst.String()] = r
 		}
 	}
 	if t.m != nil {
@@ -387,6 +413,11 @@ func (t *Table) diff() (routeDiff, error) {
 			// retries it with backoff.
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
 			delete(d.want, k)
+			if cur, ok := actual[k]; ok {
+				// The kernel keeps its old route to k; last says so, so
+				// that a withdrawal between full passes deletes it.
+				d.want[k] = t.describe(cur)
+			}
 			d.skipped = append(d.skipped, w)
 			t.skipped++
 			d.problems[k] = "not written: " + err.Error()
@@ -495,7 +526,14 @@ func (t *Table) applyDiff() error {
 		nr, err := t.toNetlink(w)
 		if err != nil {
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
-			delete(want, k) // not in the kernel: retried (Run's pending backoff)
+			// Not written: retried (Run's pending backoff). The kernel
+			// keeps what was there, and so does last, so that a
+			// withdrawal still deletes it.
+			if prev, ok := t.last[k]; ok {
+				want[k] = prev
+			} else {
+				delete(want, k)
+			}
 			t.skipped++
 			problems[k] = "not written: " + err.Error()
 			continue
