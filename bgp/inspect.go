@@ -36,7 +36,24 @@ var errBGPOff = errors.New("BGP is not running on this node")
 // path to, so that `bgp why` can say "withdrawn" rather than "unknown".
 type history struct {
 	mu sync.Mutex
-	m  map[netip.Prefix]withdrawal
+	m  map[netip.Prefix]entry
+	// order is the prefixes in the order they were added, oldest first,
+	// with the sequence number of that addition: an element whose prefix
+	// was deleted or added again since is stale and skipped. Evicting the
+	// oldest costs O(1) on average, where a scan of m cost 4096 map steps
+	// for every withdrawal of a 10,000-route withdrawal burst.
+	order []seqPrefix
+	seq   uint64
+}
+
+type entry struct {
+	w   withdrawal
+	seq uint64
+}
+
+type seqPrefix struct {
+	p   netip.Prefix
+	seq uint64
 }
 
 const historySize = 4096
@@ -45,20 +62,32 @@ func (h *history) add(p netip.Prefix, w withdrawal) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
-		h.m = map[netip.Prefix]withdrawal{}
+		h.m = map[netip.Prefix]entry{}
 	}
 	if _, ok := h.m[p]; !ok && len(h.m) >= historySize {
 		// Forget the oldest.
-		var oldest netip.Prefix
-		var at time.Time
-		for q, x := range h.m {
-			if at.IsZero() || x.At.Before(at) {
-				oldest, at = q, x.At
+		for len(h.order) > 0 {
+			o := h.order[0]
+			h.order = h.order[1:]
+			if e, ok := h.m[o.p]; ok && e.seq == o.seq {
+				delete(h.m, o.p)
+				break
 			}
 		}
-		delete(h.m, oldest)
 	}
-	h.m[p] = w
+	h.seq++
+	h.m[p] = entry{w: w, seq: h.seq}
+	h.order = append(h.order, seqPrefix{p, h.seq})
+	if len(h.order) > 4*historySize {
+		// Mostly stale (deleted or re-added prefixes): keep the live.
+		live := make([]seqPrefix, 0, len(h.m))
+		for _, o := range h.order {
+			if e, ok := h.m[o.p]; ok && e.seq == o.seq {
+				live = append(live, o)
+			}
+		}
+		h.order = live
+	}
 }
 
 func (h *history) del(p netip.Prefix) {
@@ -70,8 +99,8 @@ func (h *history) del(p netip.Prefix) {
 func (h *history) get(p netip.Prefix) *withdrawal {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if w, ok := h.m[p]; ok {
-		return &w
+	if e, ok := h.m[p]; ok {
+		return &e.w
 	}
 	return nil
 }
