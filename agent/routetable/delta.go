@@ -156,10 +156,24 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 		return err
 	}
 	for _, k := range gone {
-		delete(t.last, k)
+		if prev, ok := t.last[k]; ok {
+			t.m.change(&prev, nil)
+			delete(t.last, k)
+		}
 	}
-	maps.Copy(t.last, written)
-	t.m.count(t.last)
+	for k, w := range written {
+		prev, had := t.last[k]
+		if had && prev == w {
+			continue
+		}
+		if had {
+			t.m.change(&prev, &w)
+		} else {
+			t.m.change(nil, &w)
+		}
+		t.last[k] = w
+	}
+	t.m.flush()
 	t.signalApplied()
 	return nil
 }

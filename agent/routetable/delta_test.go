@@ -5,8 +5,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -92,6 +96,10 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			k := &memKernel{links: []string{"eth0", "tunl0"}, routes: map[string]netlink.Route{}}
 			tbl := New(k, 0, quiet())
+			reg := prometheus.NewRegistry()
+			if err := tbl.RegisterMetrics(reg); err != nil {
+				t.Fatal(err)
+			}
 			sources := []string{routes.SourceBGP, routes.SourceBlackhole, routes.SourceWorkloads}
 			want := map[string]map[string]routes.Route{}
 			for _, s := range sources {
@@ -162,6 +170,10 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 				}
 
 				full := New(ref, 0, quiet())
+				fullReg := prometheus.NewRegistry()
+				if err := full.RegisterMetrics(fullReg); err != nil {
+					t.Fatal(err)
+				}
 				for s, m := range want {
 					var rs []routes.Route
 					for _, r := range m {
@@ -174,6 +186,9 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 				}
 				if got, exp := fmt.Sprint(k.describe()), fmt.Sprint(ref.describe()); got != exp {
 					t.Fatalf("step %d: kernel after deltas\n%s\nafter a full reconcile\n%s", step, got, exp)
+				}
+				if got, exp := gauges(t, reg), gauges(t, fullReg); got != exp {
+					t.Fatalf("step %d: gauges after deltas\n%s\nafter a full reconcile\n%s", step, got, exp)
 				}
 				for i := range 24 {
 					dst := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i * 4)}), 30)
@@ -194,4 +209,24 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gauges is the route count gauges of reg as text.
+func gauges(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, mf := range mfs {
+		if mf.GetType() != dto.MetricType_GAUGE {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			lines = append(lines, fmt.Sprintf("%s%v %v", mf.GetName(), m.GetLabel(), m.GetGauge().GetValue()))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }

@@ -80,6 +80,7 @@ type Table struct {
 type metrics struct {
 	resync         prometheus.Summary
 	routes, ifaces *prometheus.GaugeVec
+	tallies        map[famTable]*tally // of the routes in the kernel (owned by Run)
 }
 
 // RegisterMetrics makes the table keep Felix's route table metrics
@@ -112,27 +113,66 @@ func (m *metrics) count(rs map[string]routes.Route) {
 	if m == nil {
 		return
 	}
-	// Counted by family and table, labelled after: this runs on every
-	// pass over up to tens of thousands of routes.
-	type ft struct{ v6, table int }
-	n := map[ft]int{}
-	ifaces := map[ft]map[string]bool{}
+	m.tallies = map[famTable]*tally{}
 	for _, r := range rs {
-		l := ft{btoi(r.Dst.Addr().Is6()), table(r)}
-		n[l]++
-		if ifaces[l] == nil {
-			ifaces[l] = map[string]bool{}
+		m.change(nil, &r)
+	}
+	m.flush()
+}
+
+// famTable is a gauge's label: IP family and table.
+type famTable struct{ v6, table int }
+
+// tally is what one label's gauges count: routes, and routes per device.
+type tally struct {
+	routes int
+	devs   map[string]int
+}
+
+// change counts old out and new in (either may be nil), so that a pass
+// that changes a few of 10,000 routes does not recount them all.
+func (m *metrics) change(old, new *routes.Route) {
+	if m == nil {
+		return
+	}
+	if old != nil {
+		m.add(old, -1)
+	}
+	if new != nil {
+		m.add(new, 1)
+	}
+}
+
+func (m *metrics) add(r *routes.Route, d int) {
+	l := famTable{btoi(r.Dst.Addr().Is6()), table(*r)}
+	tl := m.tallies[l]
+	if tl == nil {
+		tl = &tally{devs: map[string]int{}}
+		m.tallies[l] = tl
+	}
+	tl.routes += d
+	if r.Dev != "" {
+		if tl.devs[r.Dev] += d; tl.devs[r.Dev] == 0 {
+			delete(tl.devs, r.Dev)
 		}
-		if r.Dev != "" {
-			ifaces[l][r.Dev] = true
-		}
+	}
+}
+
+// flush sets the gauges from the tallies.
+func (m *metrics) flush() {
+	if m == nil {
+		return
 	}
 	m.routes.Reset()
 	m.ifaces.Reset()
-	for l, c := range n {
+	for l, tl := range m.tallies {
+		if tl.routes == 0 {
+			delete(m.tallies, l)
+			continue
+		}
 		label := fmt.Sprintf("IPv%d:%d", 4+2*l.v6, l.table)
-		m.routes.WithLabelValues(label).Set(float64(c))
-		m.ifaces.WithLabelValues(label).Set(float64(len(ifaces[l])))
+		m.routes.WithLabelValues(label).Set(float64(tl.routes))
+		m.ifaces.WithLabelValues(label).Set(float64(len(tl.devs)))
 	}
 }
 
