@@ -487,6 +487,7 @@ type reconciler struct {
 	holes   []routes.Route
 	isHole  map[netip.Prefix]bool
 	full    bool
+	stale   bool // last lags cur
 	secrets bool // some session has a password (or a missing one)
 	view    explainView
 }
@@ -681,11 +682,21 @@ func (r *reconciler) publish() {
 			del = append(del, old)
 		}
 	}
-	if len(set)+len(del) == 0 {
+	if len(set)+len(del) > 0 {
+		up.Update(routes.SourceBGP, set, del)
+		a.metrics.imported.Set(float64(len(r.cur)))
+		r.stale = true
+	}
+	a.lmu.Lock()
+	more := len(a.changed) > 0
+	a.lmu.Unlock()
+	if !r.stale || more {
+		// Copying 10,000 routes for every change of a burst would cost
+		// more than the changes: the explanations catch up when it ends
+		// (more changes mean another publish is due).
 		return
 	}
-	up.Update(routes.SourceBGP, set, del)
-	a.metrics.imported.Set(float64(len(r.cur)))
+	r.stale = false
 	// The explanations' copy: in no particular order (they look routes
 	// up), and a new slice, since the status socket may be reading the old.
 	last := make([]routes.Route, 0, len(r.cur)+len(r.holes))
@@ -699,7 +710,7 @@ func (r *reconciler) publish() {
 // publishAll computes the whole set from learned and hands it over.
 func (r *reconciler) publishAll(learned []Learned) {
 	a := r.a
-	r.full = false
+	r.full, r.stale = false, false
 	r.imp = newImporter(r.in, r.adverts)
 	r.cur, r.holes, r.isHole = map[netip.Prefix]routes.Route{}, nil, map[netip.Prefix]bool{}
 	var want []routes.Route
