@@ -33,6 +33,12 @@
 //	                                                     │        │ best-path events
 //	                                                     └──► KernelRoutes + Blackholes ──► RouteSink
 //
+// The route set goes to the sink whole after every configuration change;
+// between them, a change of best paths goes as a change (Update with the
+// prefixes whose route changed, when the sink has it), so that a burst of
+// 10,000 learned routes is not recomputed, copied and compared whole for
+// every few new ones.
+//
 // Sessions follow confd exactly (client.go updatePeersV1 and the bird.cfg
 // template of Calico v3.31): full mesh over every node's address unless
 // nodeToNodeMeshEnabled is false, never with route reflectors (nodes with
