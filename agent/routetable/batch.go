@@ -93,6 +93,9 @@ func (n *Netlink) WriteRoutes(ops []Op) []error {
 
 func (n *Netlink) writeBatch(ops []Op, errs []error) {
 	var buf []byte
+	if n.seq > 1<<31 {
+		n.seq = 0 // a batch's numbers must not wrap: answers are told by range
+	}
 	first, lastAt := n.seq+1, -1
 	for i, op := range ops {
 		n.seq++
@@ -118,9 +121,15 @@ func (n *Netlink) writeBatch(ops []Op, errs []error) {
 			}
 		}
 	}
+	deadline := time.Now().Add(batchTimeout)
 	for {
 		err := unix.Sendto(n.sock.GetFd(), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-		if err == unix.EINTR || err == unix.EAGAIN {
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN && time.Now().Before(deadline) {
+			// The socket is non-blocking; the kernel rarely pushes back.
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		if err != nil {
