@@ -45,6 +45,10 @@ type Policy struct {
 	// Gate, if set, holds iptables and ipsets as they are while it is
 	// closed (the datastore is locked). Set before Run.
 	Gate Gate
+	// Programmed, if set, hears of every snapshot programmed in full:
+	// the workload endpoints (of every node) compiled into it, so that
+	// CNI ADD can wait for its endpoint (agent/epstatus). Set before Run.
+	Programmed func(weps []api.WorkloadEndpoint)
 
 	node    string
 	watch   Subscriber
@@ -242,6 +246,9 @@ func (p *Policy) program(ctx context.Context) error {
 		if err := p.v6.Apply(ctx, res.V6); err != nil {
 			return err
 		}
+	}
+	if p.Programmed != nil {
+		p.Programmed(s.WorkloadEndpoints)
 	}
 	local := 0
 	for _, w := range s.WorkloadEndpoints {

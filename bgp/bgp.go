@@ -70,6 +70,11 @@ type Config struct {
 	Logger  *slog.Logger
 	// Registerer, when set, gets the actor's metrics.
 	Registerer prometheus.Registerer
+	// Advertised, when set, is told after every reconcile every prefix
+	// the speaker originates (so that an endpoint's timeline shows when
+	// its address became reachable from the peers: agent/epstatus). It
+	// runs on Run's goroutine and must be quick.
+	Advertised func(prefixes []netip.Prefix)
 }
 
 // Actor is the BGP speaker actor.
@@ -421,6 +426,7 @@ type reconciler struct {
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
 	a := r.a
+	defer a.reportAdvertised()
 	d := Compute(Snapshot{NodeName: a.cfg.NodeName, Nodes: st.nodes, Peers: st.peers, BGPConfigs: st.configs, Secrets: a.cfg.Secrets})
 	probs := map[string]bool{}
 	for _, p := range d.Problems {
@@ -487,6 +493,20 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
 	return errors.Join(errs...)
+}
+
+// reportAdvertised tells cfg.Advertised what the speaker originates.
+func (a *Actor) reportAdvertised() {
+	if a.cfg.Advertised == nil {
+		return
+	}
+	out := []netip.Prefix{}
+	if a.sp.running {
+		for p := range a.sp.paths {
+			out = append(out, p)
+		}
+	}
+	a.cfg.Advertised(out)
 }
 
 func (a *Actor) clearLearned() {
