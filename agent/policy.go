@@ -239,6 +239,15 @@ func (p *Policy) program(ctx context.Context) error {
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
 	}
+	// Felix's debugSimulateDataplaneApplyDelay: a loaded node, for tests
+	// of what waits on the dataplane (CNI ADD).
+	if d := FelixSpec(p.objs, p.node, p.Overrides).DebugSimulateDataplaneApplyDelay; d != nil && d.Duration > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.Duration):
+		}
+	}
 	if err := p.v4.Apply(ctx, res.V4); err != nil {
 		return err
 	}
