@@ -104,6 +104,9 @@ func (c *cluster) etcdUnix() string {
 func (c *cluster) nodeDir(i int) string   { return filepath.Join(c.o.stateDir, nodeName(i)) }
 func (c *cluster) bgpSocket(i int) string { return filepath.Join(c.nodeDir(i), "bgp.sock") }
 func (c *cluster) cniSocket(i int) string { return filepath.Join(c.nodeDir(i), "cni.sock") }
+func (c *cluster) statusSocket(i int) string {
+	return filepath.Join(c.nodeDir(i), "status.sock")
+}
 
 // cniFor is libcni as the runtime on node i has it: its plugins reach
 // node i's agent (each simulated node has its own CNI socket; on a real
@@ -578,7 +581,10 @@ func (c *cluster) startAgent(i int) error {
 	if c.kdd() {
 		datastore = []string{"--datastore-type=kubernetes", "--kubeconfig=" + c.kubeconfig()}
 	}
+	// The node's endpoint status files in its own directory, not the
+	// machine's /var/run/calico (FELIX_* settings are environment only).
 	argv := append([]string{"ip", "netns", "exec", c.nodeNS(i),
+		"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + c.nodeDir(i),
 		filepath.Join(c.o.binDir, "calico-node"), "run"}, datastore...)
 	return c.spawn(nodeName(i), c.nodeDir(i), append(argv,
 		"--nodename="+nodeName(i),
@@ -587,6 +593,7 @@ func (c *cluster) startAgent(i int) error {
 		"--data-dir="+c.nodeDir(i),
 		"--bgp-status-socket="+c.bgpSocket(i),
 		"--cni-socket="+c.cniSocket(i),
+		"--status-socket="+c.statusSocket(i),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	)...)
@@ -705,7 +712,9 @@ func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
 		"etcd_endpoints": c.etcdUnix(),
 		"nodename":       nodeName(i),
 		"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
-		"mtu":            1500,
+		// Where node i's agent keeps its endpoint status files.
+		"endpoint_status_dir": filepath.Join(c.nodeDir(i), "endpoint-status"),
+		"mtu":                 1500,
 		"log_level":      "info",
 		"ipam":           map[string]any{"type": "calico-ipam"},
 	}

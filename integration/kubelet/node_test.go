@@ -29,9 +29,10 @@ const (
 )
 
 // The DaemonSet's CNI template (deploy/calico-node.yaml) plus
-// nodename_file and ipam_lock_file: the agent's data dir is a temporary
-// one here, not the /var/lib/calico the plugin reads by default, and the
-// IPAM lock is the test's, not the machine's /var/run/calico/ipam.lock.
+// nodename_file, ipam_lock_file and endpoint_status_dir: the agent's data
+// dir is a temporary one here, not the /var/lib/calico the plugin reads
+// by default, and the IPAM lock and the agent's endpoint status files are
+// the test's, not the machine's /var/run/calico.
 const cniTemplate = `{
     "name": "k8s-pod-network",
     "cniVersion": "0.3.1",
@@ -40,6 +41,7 @@ const cniTemplate = `{
     "log_level": "info",
     "nodename_file": "%s",
     "ipam_lock_file": "%s",
+    "endpoint_status_dir": "%s",
     "mtu": __CNI_MTU__,
     "ipam": {"type": "calico-ipam"},
     "policy": {"type": "k8s"},
@@ -99,11 +101,13 @@ func TestKubeletNode(t *testing.T) {
 		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
 		// The socket the plugins containerd runs find (TestMain).
 		cnientry.SocketEnv+"="+os.Getenv(cnientry.SocketEnv),
+		"CALICO_STATUS_SOCKET="+os.Getenv("CALICO_STATUS_SOCKET"),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX="+os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"),
 		"NODENAME="+node.Name, "CALICO_K8S_NODE_REF="+node.Name, "IP=autodetect",
 		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
 		"KUBECONFIG="+kube.Kubeconfig,
 		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
-		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock")),
+		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock"), statusDir()),
 		"CNI_MTU=1400",
 		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
 		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
@@ -197,6 +201,12 @@ func TestKubeletNode(t *testing.T) {
 	if err := agent.stop(); err != nil {
 		t.Errorf("agent exit: %v\n%s", err, agent.Log)
 	}
+}
+
+// statusDir is the agent's endpoint status directory, in the node's
+// private run directory (TestMain).
+func statusDir() string {
+	return filepath.Join(os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"), "endpoint-status")
 }
 
 func round(ds []time.Duration) []time.Duration {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/bgp"
@@ -39,6 +41,8 @@ type actors struct {
 	felixConfig     *agent.FelixConfig
 	bgp             *bgp.Actor
 	dataplane       *dataplane
+	epstatus        *epstatus.Tracker // what the dataplane programmed; nil without it
+	statusAPI       *epstatus.Server
 	cniServer       *cni.Server
 	installCNI      *cniinstall.Installer
 	controllers     *controllers.Controllers
@@ -78,6 +82,16 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 	if err := b.controlPlane(a); err != nil {
 		return nil, err
 	}
+	if cfg.dataplane {
+		// Told by the policy actor, the route table and BGP what they
+		// programmed (built first: BGP is built in routing).
+		a.epstatus = epstatus.New(epstatus.Config{
+			Node: cfg.node.NodeName, Env: cfg.kube.felix.Spec, Registerer: b.reg, Logger: logger,
+		}, a.confwatch)
+		if cfg.statusSocket != "" {
+			a.statusAPI = epstatus.NewServer(cfg.statusSocket, a.epstatus, logger)
+		}
+	}
 	if err := b.routing(a); err != nil {
 		return nil, err
 	}
@@ -88,8 +102,11 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 		if cfg.cniSocket != "" {
 			// The plugin processes on this node hand their commands to
 			// it (package cnientry) and fall back to running them
-			// themselves while it is not there.
+			// themselves while it is not there. ADD returns once the
+			// pod's policy and routes are programmed.
 			a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
+			a.cniServer.Dataplane = a.epstatus
+			a.cniServer.PolicySetupTimeout = cfg.policySetupTimeout
 		}
 	}
 	if err := b.kube(a); err != nil { // run_k8s.go
@@ -176,7 +193,17 @@ func (b *builder) routing(a *actors) error {
 			Secrets:      bgp.SecretsDir(b.cfg.bgp.secretsDir),
 			Logger:       b.log,
 			Registerer:   b.reg,
+			Advertised:   advertised(a.epstatus),
 		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
+}
+
+// advertised is BGP's report of what it originates to the tracker (nil
+// without a dataplane).
+func advertised(t *epstatus.Tracker) func([]netip.Prefix) {
+	if t == nil {
+		return nil
+	}
+	return t.Advertised
 }
