@@ -715,8 +715,8 @@ func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
 		// Where node i's agent keeps its endpoint status files.
 		"endpoint_status_dir": filepath.Join(c.nodeDir(i), "endpoint-status"),
 		"mtu":                 1500,
-		"log_level":      "info",
-		"ipam":           map[string]any{"type": "calico-ipam"},
+		"log_level":           "info",
+		"ipam":                map[string]any{"type": "calico-ipam"},
 	}
 	if c.kdd() {
 		// As calico-node-kdd.yaml's CNI config: the API server is the

@@ -51,7 +51,9 @@ func (n *fullNode) start(t *testing.T, args, env []string) *proctest.Proc {
 }
 
 // statusSocket is the agent's status socket, beside its CNI socket.
-func (n *fullNode) statusSocket() string { return filepath.Join(filepath.Dir(n.cniSocket), "status.sock") }
+func (n *fullNode) statusSocket() string {
+	return filepath.Join(filepath.Dir(n.cniSocket), "status.sock")
+}
 
 // traces lists what a started actor leaves behind: a listener's log
 // line, a socket, a file, a chain in the kernel.
