@@ -364,6 +364,12 @@ func (t *Tracker) observeLocked(ups []confwatch.Update, snapshot bool) {
 		} else {
 			delete(t.local, key)
 		}
+		if w.Spec.ContainerID == "" && len(w.Spec.IPNetworks) == 0 {
+			// A pod the datastore knows before its ADD (the Kubernetes
+			// datastore computes endpoints from every Pod): its network
+			// has not begun.
+			continue
+		}
 		prev, known := t.seen[key]
 		t.seen[key] = w.Spec.ContainerID
 		if snapshot {

@@ -288,6 +288,29 @@ func TestRecordsBounded(t *testing.T) {
 	}
 }
 
+// An endpoint of a pod not networked yet (the Kubernetes datastore has
+// one per Pod) starts no timeline; its ADD does.
+func TestPodBeforeADDStartsNoTimeline(t *testing.T) {
+	c := newClock()
+	tr := newTracker(c, nil, 0)
+	bare := wep("n1", "default", "a", "", "1", "")
+	tr.mu.Lock()
+	tr.observeLocked([]confwatch.Update{{Type: confwatch.Set, Object: &bare}}, false)
+	tr.mu.Unlock()
+	tr.PolicyApplied([]api.WorkloadEndpoint{bare})
+	if got := tr.Timeline("default", "a"); len(got) != 0 {
+		t.Fatalf("a pod before its ADD has timelines: %+v", got)
+	}
+	tr.ADDReceived(KeyOf(&bare), "a", "c1", c.now())
+	w := wep("n1", "default", "a", "c1", "2", "cali1", "10.0.0.1/32")
+	tr.mu.Lock()
+	tr.observeLocked([]confwatch.Update{{Type: confwatch.Set, Object: &w}}, false)
+	tr.mu.Unlock()
+	if got := tr.Timeline("default", "a"); len(got) != 1 || got[0].ContainerID != "c1" {
+		t.Fatalf("timelines after the ADD: %+v", got)
+	}
+}
+
 // The snapshot starts no timelines: those endpoints existed before.
 func TestSnapshotStartsNoTimeline(t *testing.T) {
 	tr := newTracker(newClock(), nil, 0)
