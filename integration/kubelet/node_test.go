@@ -81,6 +81,7 @@ func TestKubeletNode(t *testing.T) {
 	if err := kube.Ping("ptp-1", ptp2); err != nil {
 		t.Fatalf("ptp pods cannot talk: %v", err)
 	}
+	probeBaseline(t, kube) // ready_test.go
 	kube.DeletePods(t, "ptp-0", "ptp-1", "ptp-2")
 	os.Remove(ptpConf)
 
@@ -95,22 +96,24 @@ func TestKubeletNode(t *testing.T) {
 	writeFile(t, filepath.Join(sa, "token"), kube.Token(t, "kube-system", "calico-node", time.Hour))
 	dataDir := t.TempDir()
 	bins := testbin.Dir(t)
-	agent := startAgent(t, filepath.Join(bins, "calico-node"),
-		[]string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa,
-			"--bgp-status-socket", filepath.Join(dataDir, "bgp.sock")},
-		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
+	agentArgs := []string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa,
+		"--bgp-status-socket", filepath.Join(dataDir, "bgp.sock")}
+	agentEnv := []string{
+		"ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints, ","),
 		// The socket the plugins containerd runs find (TestMain).
-		cnientry.SocketEnv+"="+os.Getenv(cnientry.SocketEnv),
-		"CALICO_STATUS_SOCKET="+os.Getenv("CALICO_STATUS_SOCKET"),
-		"FELIX_ENDPOINTSTATUSPATHPREFIX="+os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"),
-		"NODENAME="+node.Name, "CALICO_K8S_NODE_REF="+node.Name, "IP=autodetect",
-		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
-		"KUBECONFIG="+kube.Kubeconfig,
+		cnientry.SocketEnv + "=" + os.Getenv(cnientry.SocketEnv),
+		"CALICO_STATUS_SOCKET=" + os.Getenv("CALICO_STATUS_SOCKET"),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX=" + os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"),
+		"NODENAME=" + node.Name, "CALICO_K8S_NODE_REF=" + node.Name, "IP=autodetect",
+		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR=" + podCIDR,
+		"KUBECONFIG=" + kube.Kubeconfig,
 		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
-		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock"), statusDir()),
+		"CNI_NETWORK_CONFIG=" + fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock"), statusDir()),
 		"CNI_MTU=1400",
-		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
-		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
+		"KUBERNETES_SERVICE_HOST=" + kube.Host, "KUBERNETES_SERVICE_PORT=" + kube.Port,
+		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false",
+	}
+	agent := startAgent(t, filepath.Join(bins, "calico-node"), agentArgs, agentEnv...)
 	agent.waitReady(t)
 	polltest.Until(t, 30*time.Second, "10-calico.conflist installed", func() bool {
 		_, err := os.Stat(filepath.Join(node.CNIConfDir, "10-calico.conflist"))
@@ -198,6 +201,14 @@ func TestKubeletNode(t *testing.T) {
 	if n := servedCNI(t, agent.health); n < 4 {
 		t.Errorf("the agent served %d CNI commands, want at least the 2 ADDs and 2 DELs", n)
 	}
+
+	// Pods have their network at their first instruction (ready_test.go).
+	agent = checkNetworkAtStart(t, kube, filepath.Join(bins, "calicoctl"), func(env ...string) *agentProc {
+		if err := agent.stop(); err != nil {
+			t.Errorf("agent exit: %v", err)
+		}
+		return startAgent(t, filepath.Join(bins, "calico-node"), agentArgs, append(slices.Clone(agentEnv), env...)...)
+	})
 	if err := agent.stop(); err != nil {
 		t.Errorf("agent exit: %v\n%s", err, agent.Log)
 	}
