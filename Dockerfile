@@ -10,7 +10,9 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_docs \
       -ldflags "-s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=${VERSION}" \
-      -o /out/calico-node .
+      -o /out/calico-node . \
+ && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/portmap github.com/containernetworking/plugins/plugins/meta/portmap \
+ && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/bandwidth github.com/containernetworking/plugins/plugins/meta/bandwidth
 
 FROM debian:bookworm-slim
 RUN apt-get update \
@@ -18,6 +20,9 @@ RUN apt-get update \
       iptables ipset iproute2 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/calico-node /usr/bin/calico-node
+# The CNI plugins install-cni chains after calico (hostPort, bandwidth),
+# taken from beside calico-node.
+COPY --from=build /out/portmap /out/bandwidth /usr/bin/
 # One binary, several names: argv[0] picks the entry point.
 RUN ln -s calico-node /usr/bin/calicoctl \
  && ln -s calico-node /usr/bin/calico \

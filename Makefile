@@ -5,7 +5,8 @@
 #                make demo-kdd: the same on the Kubernetes datastore (a real kube-apiserver)
 #   make run     build and run a single node with the embedded etcd
 #   make test    install test prerequisites, build, run every test
-#   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links
+#   make build   build bin/calico-node and its calico/calico-ipam/calicoctl links,
+#                and the portmap and bandwidth CNI plugins install-cni chains after calico
 #   make image   build the container image as an OCI archive, bin/calico-node-image.tar
 
 GO       ?= go
@@ -31,9 +32,14 @@ DEMO_KDD = $(findstring kubernetes,$(DEMO_ARGS))
 all: build
 
 # CGO_ENABLED=0, as in the Dockerfile: a static binary, which install-cni
-# copies onto nodes of any libc as the CNI plugin.
+# copies onto nodes of any libc as the CNI plugin. portmap and bandwidth
+# (containernetworking/plugins, a go.mod tool) are main packages: they are
+# their own binaries, which install-cni takes from beside calico-node.
+CNI_PLUGINS := github.com/containernetworking/plugins/plugins/meta
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BINARY) .
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/portmap $(CNI_PLUGINS)/portmap
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/bandwidth $(CNI_PLUGINS)/bandwidth
 	ln -sf calico-node $(BIN)/calico
 	ln -sf calico-node $(BIN)/calico-ipam
 	ln -sf calico-node $(BIN)/calicoctl

@@ -66,6 +66,7 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/magiconair/properties v1.8.7 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
+	github.com/mattn/go-shellwords v1.0.12 // indirect
 	github.com/mitchellh/mapstructure v1.5.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
@@ -128,5 +129,7 @@ require (
 tool (
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 	github.com/containernetworking/plugins/plugins/main/ptp
+	github.com/containernetworking/plugins/plugins/meta/bandwidth
+	github.com/containernetworking/plugins/plugins/meta/portmap
 	github.com/containernetworking/plugins/plugins/meta/tuning
 )

@@ -15,7 +15,10 @@
 //	confwatch ──WorkloadEndpoints──► Endpoints ──routes──► routetable.Table (source "workloads")
 //	                                          └──sysctls──► /proc/sys/net/.../cali*
 //	confwatch ──FelixConfiguration──► FelixConfig ──logSeverityScreen──► slog.LevelVar
-//	                                             └──routeRefreshInterval──► routetable.Table, Endpoints
+//	                                             ├──routeRefreshInterval──► routetable.Table, Endpoints
+//	                                             ├──prometheusMetrics*──► MetricsServer (Felix's port, 9091)
+//	                                             ├──goGCThreshold, ...──► GoRuntime
+//	                                             └──fields not honoured──► log + "felixconfig" health detail
 //
 // DatastoreReady follows ClusterInformation's datastoreReady (the flag
 // `calicoctl datastore migrate lock` clears) and is the Gate of the
@@ -33,8 +36,18 @@
 //
 // FelixConfiguration is merged in one place (FelixSpec: default, then
 // node.<name>, then the FELIX_* environment, field by field); FelixConfig
-// and Policy both read their settings from that merge.
+// and Policy both read their settings from that merge. Which fields take
+// effect is felixenv's table (felixenv.FieldStatuses); FelixConfig reports
+// the others once each, by name.
+//
+// Metrics: the Policy actor keeps Felix's calculation-graph and dataplane
+// metrics (felix_active_local_*, felix_cluster_num_*, felix_int_dataplane_*,
+// felix_resync*, felix_calc_graph_*) beside calico-node's own, the
+// iptables programmer and the route table Felix's iptables, ipset and
+// route table ones; MetricsServer serves a registry on an address its
+// configuration names, following it at runtime.
 //
 // Thread safety: each actor's state is owned by its Run goroutine;
-// SetRefreshInterval may be called from any goroutine.
+// SetRefreshInterval and SetMetricsConfig may be called from any
+// goroutine.
 package agent

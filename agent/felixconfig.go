@@ -4,6 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,6 +79,33 @@ type FelixConfigOptions struct {
 	Level *slog.LevelVar
 	// RouteRefreshers follow routeRefreshInterval.
 	RouteRefreshers []Refresher
+	// Health, if set, shows in its detail the fields set to values
+	// calico-node does not honour (felixenv.Unhonoured); it always
+	// reports ready: such a field is news, not a fault.
+	Health HealthReporter
+	// Runtime, if set, follows goGCThreshold, goMemoryLimitMB and
+	// goMaxProcs.
+	Runtime GoRuntime
+	// Metrics, if set, follows the prometheus* fields.
+	Metrics MetricsConfigurer
+}
+
+// HealthReporter is one component's line in /readiness.
+type HealthReporter interface {
+	Report(live, ready bool, detail string)
+}
+
+// GoRuntime applies FelixConfiguration's Go runtime settings to the
+// process; a nil value restores the process's own (GOGC, GOMEMLIMIT,
+// GOMAXPROCS or Go's defaults). ProcessRuntime is the real one.
+type GoRuntime interface {
+	SetGoSettings(gcPercent, memoryLimitMB, maxProcs *int)
+}
+
+// MetricsConfigurer serves Felix's metrics endpoint as FelixConfiguration
+// says (MetricsServer).
+type MetricsConfigurer interface {
+	SetMetricsConfig(MetricsConfig)
 }
 
 // FelixConfig is the actor that applies the FelixConfiguration settings
@@ -90,15 +122,20 @@ type FelixConfig struct {
 	objs       map[confwatch.Key]api.Object
 	refresh    time.Duration
 	refreshSet bool
-	ignored    string // logSeverityScreen last reported as overridden
+	ignored    string            // logSeverityScreen last reported as overridden
+	reported   map[string]string // field -> value last reported as not honoured
+	goSettings string            // the Go runtime settings last applied
 }
 
 // NewFelixConfig builds the actor.
 func NewFelixConfig(opts FelixConfigOptions, watch Subscriber, logger *slog.Logger) *FelixConfig {
 	return &FelixConfig{
 		opts: opts, watch: watch,
-		log:  logger.With("component", "felixconfig"),
-		objs: map[confwatch.Key]api.Object{},
+		log:      logger.With("component", "felixconfig"),
+		objs:     map[confwatch.Key]api.Object{},
+		reported: map[string]string{},
+		// Unset fields leave the process as it started.
+		goSettings: goSettingsKey(nil, nil, nil),
 	}
 }
 
@@ -141,6 +178,13 @@ func (f *FelixConfig) apply(spec api.FelixConfigurationSpec) {
 		}
 		f.log.Info("route refresh interval", "interval", d, "disabled", d == 0)
 	}
+	f.reportUnhonoured(spec)
+	if f.opts.Runtime != nil {
+		f.applyGoSettings(spec)
+	}
+	if f.opts.Metrics != nil {
+		f.opts.Metrics.SetMetricsConfig(MetricsConfigFor(&spec))
+	}
 	// After the level change, so that this line shows exactly when Debug
 	// is in effect.
 	f.log.Debug("FelixConfiguration in effect", "logSeverityScreen", spec.LogSeverityScreen, "routeRefreshInterval", f.refresh)
@@ -162,5 +206,105 @@ func (f *FelixConfig) applyLogLevel(severity string) {
 	if old := f.opts.Level.Level(); old != want {
 		f.opts.Level.Set(want)
 		f.log.Info("log level set by FelixConfiguration", "logLevel", want.String(), "previous", old.String())
+	}
+}
+
+// reportUnhonoured logs each field set to a value calico-node does not
+// honour once (again when its value changes) and lists them all in the
+// health detail.
+func (f *FelixConfig) reportUnhonoured(spec api.FelixConfigurationSpec) {
+	findings := felixenv.Unhonoured(spec, f.opts.Env)
+	now := make(map[string]string, len(findings))
+	var names []string
+	for _, fd := range findings {
+		now[fd.Field] = fd.Value
+		names = append(names, fd.Field+"="+fd.Value)
+		if old, ok := f.reported[fd.Field]; ok && old == fd.Value {
+			continue
+		}
+		f.log.Warn("FelixConfiguration field not honoured by calico-node", "field", fd.Field, "value", fd.Value,
+			"status", string(fd.Status), "note", fd.Note)
+	}
+	f.reported = now
+	if f.opts.Health == nil {
+		return
+	}
+	detail := ""
+	if len(names) > 0 {
+		detail = "not honoured: " + strings.Join(names, ", ")
+	}
+	f.opts.Health.Report(true, true, detail)
+}
+
+func (f *FelixConfig) applyGoSettings(spec api.FelixConfigurationSpec) {
+	key := goSettingsKey(spec.GoGCThreshold, spec.GoMemoryLimitMB, spec.GoMaxProcs)
+	if key == f.goSettings {
+		return
+	}
+	f.goSettings = key
+	f.opts.Runtime.SetGoSettings(spec.GoGCThreshold, spec.GoMemoryLimitMB, spec.GoMaxProcs)
+	f.log.Info("Go runtime settings", "goGCThreshold", optInt(spec.GoGCThreshold),
+		"goMemoryLimitMB", optInt(spec.GoMemoryLimitMB), "goMaxProcs", optInt(spec.GoMaxProcs))
+}
+
+func goSettingsKey(gc, mem, procs *int) string {
+	return optInt(gc) + "/" + optInt(mem) + "/" + optInt(procs)
+}
+
+// optInt shows an optional number; "default" when unset.
+func optInt(p *int) string {
+	if p == nil {
+		return "default"
+	}
+	return strconv.Itoa(*p)
+}
+
+// ProcessRuntime is GoRuntime for this process. It remembers the
+// settings the process started with, to return to them when a field is
+// unset again.
+type ProcessRuntime struct {
+	gc       int
+	memLimit int64
+	procs    int // GOMAXPROCS from the environment; 0: Go's default
+}
+
+// NewProcessRuntime captures the process's current Go settings.
+func NewProcessRuntime() *ProcessRuntime {
+	gc := debug.SetGCPercent(100)
+	debug.SetGCPercent(gc)
+	r := &ProcessRuntime{gc: gc, memLimit: debug.SetMemoryLimit(-1)}
+	if os.Getenv("GOMAXPROCS") != "" {
+		r.procs = runtime.GOMAXPROCS(0)
+	}
+	return r
+}
+
+// SetGoSettings applies the settings as Felix does: a negative GC
+// threshold turns the collector off, a negative memory limit means none,
+// a maxProcs of 0 or less is Go's default.
+func (r *ProcessRuntime) SetGoSettings(gcPercent, memoryLimitMB, maxProcs *int) {
+	switch {
+	case gcPercent == nil:
+		debug.SetGCPercent(r.gc)
+	case *gcPercent < 0:
+		debug.SetGCPercent(-1)
+	default:
+		debug.SetGCPercent(*gcPercent)
+	}
+	switch {
+	case memoryLimitMB == nil:
+		debug.SetMemoryLimit(r.memLimit)
+	case *memoryLimitMB < 0:
+		debug.SetMemoryLimit(math.MaxInt64)
+	default:
+		debug.SetMemoryLimit(int64(*memoryLimitMB) << 20)
+	}
+	switch {
+	case maxProcs != nil && *maxProcs > 0:
+		runtime.GOMAXPROCS(*maxProcs)
+	case r.procs > 0:
+		runtime.GOMAXPROCS(r.procs)
+	default:
+		runtime.SetDefaultGOMAXPROCS()
 	}
 }

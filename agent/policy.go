@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,12 @@ type Applier interface {
 	Invalidate()
 }
 
+// IPSetSizer is an Applier whose IP sets follow FelixConfiguration's
+// maxIpsetSize (xtables.Programmer).
+type IPSetSizer interface {
+	SetMaxIPSetSize(n int)
+}
+
 // HostInterfaces lists this host's interface addresses (for host endpoints
 // that give expectedIPs but no interface name).
 type HostInterfaces func() (map[string][]netip.Addr, error)
@@ -57,6 +64,10 @@ type Policy struct {
 	resync  time.Duration
 	log     *slog.Logger
 	metrics *policyMetrics
+	felix   *felixMetrics
+	// NATRandomFully: iptables and the kernel support --random-fully,
+	// which Felix then adds to natOutgoing's MASQUERADE and SNAT.
+	natRandomFully bool
 
 	objs        map[confwatch.Key]api.Object // owned by Run
 	pendingFrom time.Time                    // first change not yet programmed
@@ -77,9 +88,14 @@ type PolicyConfig struct {
 	// HostInterfaces, if set, resolves host endpoints that give
 	// expectedIPs but no interface name.
 	HostInterfaces HostInterfaces
-	// Registerer, if set, gets the actor's metrics.
+	// Registerer, if set, gets the actor's metrics: calico-node's own
+	// (calico_*) and Felix's calculation graph and dataplane ones
+	// (felix_*).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// NATRandomFully adds --random-fully to natOutgoing's rules, as Felix
+	// does when iptables and the kernel support it (xtables.RandomFully).
+	NATRandomFully bool
 }
 
 // NewPolicy builds the policy actor, programming IPv4 through v4 and
@@ -95,12 +111,14 @@ func NewPolicy(cfg PolicyConfig, watch Subscriber, v4, v6 Applier) *Policy {
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_dataplane_apply_failures_total", Help: "Failed attempts to program policy."}),
 	}
+	fm := newFelixMetrics(cfg.Node)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(m.endpoints, m.policies, m.selectors, m.latency, m.failures)
+		cfg.Registerer.MustRegister(fm.collectors()...)
 	}
 	return &Policy{
 		node: cfg.Node, watch: watch, v4: v4, v6: v6, ifaces: cfg.HostInterfaces, resync: cfg.Resync,
-		log: cfg.Logger.With("component", "policy"), metrics: m,
+		log: cfg.Logger.With("component", "policy"), metrics: m, felix: fm, natRandomFully: cfg.NATRandomFully,
 		objs: map[confwatch.Key]api.Object{},
 	}
 }
@@ -116,6 +134,12 @@ func (p *Policy) Run(ctx context.Context) error {
 	synced, dirty := false, false
 	open, gateC := gateState(p.Gate)
 	backoff := time.Duration(0)
+	// Felix's view of the datastore: a resync runs until confwatch's
+	// first batch, the complete snapshot, arrives.
+	p.felix.resyncsStarted.Inc()
+	p.felix.resyncState.Set(resyncInProgress)
+	start, programmed := time.Now(), false
+	batch := 0
 	for {
 		var retry <-chan time.Time
 		if dirty && backoff > 0 {
@@ -129,7 +153,9 @@ func (p *Policy) Run(ctx context.Context) error {
 				return nil
 			}
 			p.apply(ups)
+			batch += len(ups)
 			synced, dirty = true, true
+			p.felix.resyncState.Set(resyncInSync)
 			// Coalesce a burst: take whatever else is already queued.
 			for more := true; more; {
 				select {
@@ -138,6 +164,7 @@ func (p *Policy) Run(ctx context.Context) error {
 						return nil
 					}
 					p.apply(ups)
+					batch += len(ups)
 				default:
 					more = false
 				}
@@ -159,13 +186,25 @@ func (p *Policy) Run(ctx context.Context) error {
 		if !dirty || !open {
 			continue
 		}
+		if batch > 0 {
+			p.felix.batchSize.Observe(float64(batch))
+			batch = 0
+		}
+		applyStart := time.Now()
 		if err := p.program(ctx); err != nil {
 			p.metrics.failures.Inc()
+			p.felix.failures.Inc()
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			p.log.Warn("programming policy failed, will retry", "err", err, "backoff", backoff)
 			continue
 		}
 		dirty, backoff = false, 0
+		if programmed {
+			p.felix.applyTime.Observe(time.Since(applyStart).Seconds())
+		} else {
+			programmed = true
+			p.felix.initialApplyTime.Set(time.Since(start).Seconds())
+		}
 		// FelixConfiguration's iptablesRefreshInterval may have changed.
 		if want := p.refreshInterval(); want != interval {
 			interval = want
@@ -192,11 +231,15 @@ func (p *Policy) apply(ups []confwatch.Update) {
 		p.pendingFrom = time.Now()
 	}
 	for _, u := range ups {
+		start := time.Now()
 		if u.Type == confwatch.Delete {
 			delete(p.objs, u.Key)
 		} else {
 			p.objs[u.Key] = u.Object
 		}
+		p.felix.updateTime.Observe(time.Since(start).Seconds())
+		p.felix.updates.WithLabelValues(updateType(u.Key.Kind)).Inc()
+		p.felix.messages.WithLabelValues(messageType(u.Key.Kind, u.Type == confwatch.Delete)).Inc()
 	}
 }
 
@@ -234,6 +277,16 @@ func (p *Policy) program(ctx context.Context) error {
 	}
 	if p.v6 == nil {
 		s.Config.IPv6 = false
+	}
+	s.Config.NATRandomFully = p.natRandomFully
+	maxSize := 0 // Felix's default
+	if felix := FelixSpec(p.objs, p.node, p.Overrides); felix.MaxIpsetSize != nil {
+		maxSize = *felix.MaxIpsetSize
+	}
+	for _, a := range []Applier{p.v4, p.v6} {
+		if sz, ok := a.(IPSetSizer); ok {
+			sz.SetMaxIPSetSize(maxSize)
+		}
 	}
 	res := policy.Compile(s)
 	for _, msg := range res.Problems {
@@ -273,9 +326,68 @@ func (p *Policy) program(ctx context.Context) error {
 	p.metrics.endpoints.Set(float64(local))
 	p.metrics.policies.Set(float64(len(s.NetworkPolicies) + len(s.GlobalNetworkPolicies)))
 	p.metrics.selectors.Set(float64(len(res.V4.IPSets)))
+	p.setFelixCounts(s, res, local)
 	if !p.pendingFrom.IsZero() {
 		p.metrics.latency.Observe(time.Since(p.pendingFrom).Seconds())
 		p.pendingFrom = time.Time{}
 	}
 	return nil
+}
+
+// setFelixCounts sets Felix's gauges of what this node programs and of
+// what the cluster holds.
+func (p *Policy) setFelixCounts(s *policy.Snapshot, res *policy.Result, local int) {
+	f := p.felix
+	f.activeEndpoints.Set(float64(local))
+	f.activePolicies.Set(float64(activePolicies(res)))
+	f.activeSelectors.Set(float64(activeSelectors(res)))
+	f.clusterHosts.Set(float64(len(s.Nodes)))
+	f.clusterWorkloadEndpoints.Set(float64(len(s.WorkloadEndpoints)))
+	f.clusterHostEndpoints.Set(float64(len(s.HostEndpoints)))
+	f.clusterPolicies.Set(float64(len(s.NetworkPolicies) + len(s.GlobalNetworkPolicies)))
+	f.clusterProfiles.Set(float64(len(s.Profiles)))
+	f.clusterTiers.Set(float64(len(s.Tiers)))
+}
+
+// activePolicies counts the policies with chains on this node, that is
+// those selecting a local endpoint: each policy chain's first rule
+// carries the compiler's "Policy <name> ingress|egress" comment.
+func activePolicies(res *policy.Result) int {
+	seen := map[string]bool{}
+	for _, fam := range []*policy.Family{res.V4, res.V6} {
+		if fam == nil {
+			continue
+		}
+		for _, t := range fam.Tables() {
+			for _, c := range t.Chains {
+				if len(c.Rules) == 0 {
+					continue
+				}
+				for _, cm := range c.Rules[0].Comment {
+					if name, ok := strings.CutPrefix(cm, "Policy "); ok {
+						name = strings.TrimSuffix(strings.TrimSuffix(name, " ingress"), " egress")
+						seen[name] = true
+					}
+				}
+			}
+		}
+	}
+	return len(seen)
+}
+
+// activeSelectors counts the IP sets of rule selectors and named ports
+// (Felix's "s:" and "n:" sets) this node programs.
+func activeSelectors(res *policy.Result) int {
+	seen := map[string]bool{}
+	for _, fam := range []*policy.Family{res.V4, res.V6} {
+		if fam == nil {
+			continue
+		}
+		for _, s := range fam.IPSets {
+			if strings.HasPrefix(s.ID, "s:") || strings.HasPrefix(s.ID, "n:") {
+				seen[s.ID] = true
+			}
+		}
+	}
+	return len(seen)
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/projectcalico/calico-node/internal/policy"
 )
 
-// failingApplier fails its first n applies.
-type failingApplier struct{ n int }
+// failFirstApplier fails its first n applies.
+type failFirstApplier struct{ n int }
 
-func (f *failingApplier) Apply(context.Context, *policy.Family) error {
+func (f *failFirstApplier) Apply(context.Context, *policy.Family) error {
 	if f.n > 0 {
 		f.n--
 		return errors.New("iptables-restore: exit status 1")
@@ -23,12 +23,12 @@ func (f *failingApplier) Apply(context.Context, *policy.Family) error {
 	return nil
 }
 
-func (f *failingApplier) Invalidate() {}
+func (f *failFirstApplier) Invalidate() {}
 
 // Programmed hears of a snapshot only once it is in the kernel: CNI ADD
 // waits on it, so a failed apply must not count.
 func TestPolicyProgrammedReport(t *testing.T) {
-	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, &failingApplier{n: 1}, nil)
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, &failFirstApplier{n: 1}, nil)
 	var reports [][]api.WorkloadEndpoint
 	p.Programmed = func(weps []api.WorkloadEndpoint) { reports = append(reports, weps) }
 	for _, ep := range []struct{ node, name string }{{"n1", "local"}, {"n2", "remote"}} {

@@ -21,7 +21,7 @@ import (
 )
 
 // Kinds are the resource kinds the actor needs from confwatch.
-func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool"} }
+func Kinds() []string { return []string{"Node", "BGPPeer", "BGPConfiguration", "IPPool", "BGPFilter"} }
 
 // Updates is a confwatch subscription to Kinds(); *confwatch.Subscription
 // implements it. The channel closes when ctx ends.
@@ -75,6 +75,22 @@ type Config struct {
 	// its address became reachable from the peers: agent/epstatus). It
 	// runs on Run's goroutine and must be quick.
 	Advertised func(prefixes []netip.Prefix)
+	// Services, when set, supplies the Kubernetes Services whose
+	// addresses this node advertises one by one (*ServiceWatcher).
+	Services ServiceSource
+}
+
+// ServiceSource supplies Services for per-service advertisement;
+// *ServiceWatcher implements it.
+type ServiceSource interface {
+	// Services returns the current Services; ok is false until they are
+	// known.
+	Services() (svcs []Service, ok bool)
+	// Changed is signalled when Services may return something new.
+	Changed() <-chan struct{}
+	// Enable starts the watch; called once a service range is configured
+	// (confd starts its route generator only then, and keeps it).
+	Enable()
 }
 
 // Actor is the BGP speaker actor.
@@ -156,6 +172,7 @@ type state struct {
 	peers   map[string]*calicoapi.BGPPeer
 	configs map[string]*calicoapi.BGPConfiguration
 	pools   map[string]calicoapi.Pool // parsed; a pool that does not parse is absent
+	filters map[string]*calicoapi.BGPFilter
 }
 
 // apply folds confwatch updates into the state. An IPPool is parsed here,
@@ -171,6 +188,8 @@ func (st *state) apply(ups []confwatch.Update, log *slog.Logger) {
 			setOrDelete(st.peers, name, o, del)
 		case *calicoapi.BGPConfiguration:
 			setOrDelete(st.configs, name, o, del)
+		case *calicoapi.BGPFilter:
+			setOrDelete(st.filters, name, o, del)
 		case *calicoapi.IPPool:
 			delete(st.pools, name)
 			if del {
@@ -258,6 +277,7 @@ func (a *Actor) Run(ctx context.Context) error {
 	st := &state{
 		nodes: map[string]*calicoapi.Node{}, peers: map[string]*calicoapi.BGPPeer{},
 		configs: map[string]*calicoapi.BGPConfiguration{}, pools: map[string]calicoapi.Pool{},
+		filters: map[string]*calicoapi.BGPFilter{},
 	}
 	var (
 		haveConf, dirty, importDirty bool
@@ -270,10 +290,16 @@ func (a *Actor) Run(ctx context.Context) error {
 	)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	var svcCh <-chan struct{}
+	if a.cfg.Services != nil {
+		svcCh = a.cfg.Services.Changed()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-svcCh:
+			dirty = true
 		case ups, ok := <-confCh:
 			if !ok {
 				return nil // ctx ended
@@ -420,8 +446,10 @@ type reconciler struct {
 	in       RoutingInput
 	adverts  []Advert
 	problems map[string]bool
-	last     []routes.Route
-	secrets  bool // some session has a password (or a missing one)
+	// filterProblems are the BGPFilter rules last found unusable.
+	filterProblems map[string]bool
+	last           []routes.Route
+	secrets        bool // some session has a password (or a missing one)
 }
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
@@ -465,6 +493,13 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		Global: st.configs["default"], NodeConfig: st.configs["node."+a.cfg.NodeName],
 		IPAM: ipam,
 	}
+	if a.cfg.Services != nil {
+		if g := r.in.Global; g != nil &&
+			len(g.Spec.ServiceClusterIPs)+len(g.Spec.ServiceExternalIPs)+len(g.Spec.ServiceLoadBalancerIPs) > 0 {
+			a.cfg.Services.Enable()
+		}
+		r.in.Services, _ = a.cfg.Services.Services()
+	}
 	g := globalConf{routerID: d.Identity.RouterID, as: d.Identity.AS, port: d.Identity.Port()}
 	if a.cfg.ListenPort != 0 {
 		g.port = uint16(a.cfg.ListenPort)
@@ -489,7 +524,16 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	r.adverts = Adverts(r.in)
 	a.metrics.exported.Set(float64(len(r.adverts)))
 	var errs []error
-	errs = append(errs, a.sp.syncFilter(ctx, Filter(r.in, d.Sessions)))
+	f := Filter(r.in, d.Sessions, d.PeerFilters, st.filters)
+	fprobs := map[string]bool{}
+	for _, p := range f.Problems {
+		if !r.filterProblems[p] {
+			a.log.Warn("BGP configuration problem", "problem", p)
+		}
+		fprobs[p] = true
+	}
+	r.filterProblems = fprobs
+	errs = append(errs, a.sp.syncFilter(ctx, f))
 	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
 	return errors.Join(errs...)

@@ -4,7 +4,7 @@
 // # API model
 //
 // Actor (New, Run) is the agent's BGP actor. It reads Nodes, BGPPeers,
-// BGPConfigurations and IPPools from a confwatch subscription and the IPAM
+// BGPConfigurations, IPPools and BGPFilters from a confwatch subscription and the IPAM
 // keys from etcd, runs one gobgp server, and hands the routes it wants in
 // the kernel (routes.Route values) to a RouteSink (the agent's
 // routetable.Table, source "30-bgp"): it never writes kernel routes itself. It serves its status as JSON on a unix
@@ -15,7 +15,8 @@
 //
 //	Compute(Snapshot)      -> Desired: identity (router ID, AS, port) and sessions
 //	Adverts(RoutingInput)  -> routes this node originates
-//	Filter(...)            -> export policy for routes learned from peers
+//	Filter(...)            -> export policy for routes learned from peers, and
+//	                          the BGPFilters of the sessions naming them
 //	KernelRoutes(...)      -> learned best paths -> kernel routes
 //	Blackholes(...)        -> blackholes for this node's blocks
 //
@@ -57,6 +58,22 @@
 // are installed too. Pools are read through api.ParsePool when they
 // change; one that does not parse is logged with its name and counts as
 // absent for export, import and blackholes alike.
+//
+// Services (services.go): every node advertises the BGPConfiguration
+// service ranges as confd's updateGlobalRoutes does (serviceCIDRs); a
+// ServiceWatcher keeps the cluster's Services and EndpointSlices, and
+// serviceRoutes adds the /32s (/128s) Calico's route generator would: for
+// externalTrafficPolicy Local Services with a ready endpoint here, for
+// Cluster ones with single-address LoadBalancer or external IPs, and with
+// serviceLoadBalancerAggregation Disabled for any with a ready endpoint.
+//
+// BGPFilters named by a BGPPeer's filters run before that export policy
+// and on import, as confd's BIRD functions do (bgpfilter.go): gobgp keeps
+// per-peer policies for route-server clients only, so each rule is a
+// statement of the one global policy conditioned on the neighbor set of
+// the sessions naming its filter list. gobgp's SetPolicies ignores
+// assignments: the speaker assigns the export and import policies once per
+// gobgp start.
 //
 // Graceful restart is on for every session, with the restart time of
 // maxRestartTime / nodeMeshMaxRestartTime (default 120 s). Sessions of the

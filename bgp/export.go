@@ -3,6 +3,7 @@ package bgp
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -50,6 +51,9 @@ type RoutingInput struct {
 	// may be nil.
 	Global, NodeConfig *api.BGPConfiguration
 	IPAM               IPAMState
+	// Services are the Kubernetes Services, for their per-service routes
+	// (serviceRoutes); nil without a Kubernetes API.
+	Services []Service
 }
 
 // pools are in.Pools longest prefix first, so that the most specific
@@ -69,48 +73,76 @@ func poolOf(pools []api.Pool, p netip.Prefix) (api.Pool, bool) {
 	return api.Pool{}, false
 }
 
-// serviceCIDRs are the service ranges BGPConfiguration asks every node to
-// advertise: cluster IPs, external IPs, and LoadBalancer ranges (single
-// LoadBalancer addresses are advertised per service by Calico, which needs
-// the Kubernetes service watch; not done here).
-func (in RoutingInput) serviceCIDRs() []netip.Prefix {
+// serviceConf is BGPConfiguration default's service ranges, parsed (a
+// bare address counts as a single-address range).
+type serviceConf struct {
+	cluster, external, lb []netip.Prefix
+	// aggregate is serviceLoadBalancerAggregation (Enabled unless set
+	// Disabled): the LoadBalancer ranges are advertised as ranges.
+	aggregate bool
+}
+
+func (in RoutingInput) serviceConf() serviceConf {
+	sc := serviceConf{aggregate: true}
 	g := in.Global
 	if g == nil {
-		return nil
+		return sc
 	}
-	var raw []string
-	for _, c := range g.Spec.ServiceClusterIPs {
-		raw = append(raw, c.CIDR)
-	}
-	for _, c := range g.Spec.ServiceExternalIPs {
-		raw = append(raw, c.CIDR)
-	}
-	for _, c := range g.Spec.ServiceLoadBalancerIPs {
-		raw = append(raw, c.CIDR)
-	}
-	var out []netip.Prefix
-	for _, s := range raw {
+	parse := func(s string) (netip.Prefix, bool) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			if a, err2 := netip.ParseAddr(s); err2 == nil {
-				p = netip.PrefixFrom(a, a.BitLen())
-			} else {
-				continue
+			a, err2 := netip.ParseAddr(s)
+			if err2 != nil {
+				return netip.Prefix{}, false
 			}
+			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		out = append(out, p.Masked())
+		return p.Masked(), true
+	}
+	for _, c := range g.Spec.ServiceClusterIPs {
+		if p, ok := parse(c.CIDR); ok {
+			sc.cluster = append(sc.cluster, p)
+		}
+	}
+	for _, c := range g.Spec.ServiceExternalIPs {
+		if p, ok := parse(c.CIDR); ok {
+			sc.external = append(sc.external, p)
+		}
+	}
+	for _, c := range g.Spec.ServiceLoadBalancerIPs {
+		if p, ok := parse(c.CIDR); ok {
+			sc.lb = append(sc.lb, p)
+		}
+	}
+	if a := g.Spec.ServiceLoadBalancerAggregation; a != nil && *a == api.ServiceLoadBalancerAggregationDisabled {
+		sc.aggregate = false
+	}
+	return sc
+}
+
+// serviceCIDRs are the service ranges every node advertises and never
+// programs learned routes inside (confd's updateGlobalRoutes: its static
+// and reject routes): every serviceClusterIPs entry, the serviceExternalIPs
+// entries that are not single addresses, and, while
+// serviceLoadBalancerAggregation is Enabled, the serviceLoadBalancerIPs
+// entries that are not single addresses. Single addresses are advertised
+// per service, by the nodes serviceRoutes picks.
+func (in RoutingInput) serviceCIDRs() []netip.Prefix {
+	sc := in.serviceConf()
+	out := slices.Clone(sc.cluster)
+	notSingle := func(p netip.Prefix) bool { return !p.IsSingleIP() }
+	out = append(out, keepIf(sc.external, notSingle)...)
+	if sc.aggregate {
+		out = append(out, keepIf(sc.lb, notSingle)...)
 	}
 	return out
 }
 
-func (in RoutingInput) lbSingles() []netip.Prefix {
-	if in.Global == nil {
-		return nil
-	}
-	var out []netip.Prefix
-	for _, c := range in.Global.Spec.ServiceLoadBalancerIPs {
-		if p, err := netip.ParsePrefix(c.CIDR); err == nil && p.IsSingleIP() {
-			out = append(out, p)
+func keepIf[T any](in []T, keep func(T) bool) []T {
+	var out []T
+	for _, v := range in {
+		if keep(v) {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -171,13 +203,12 @@ func Adverts(in RoutingInput) []Advert {
 		add(p)
 	}
 	if !labelTrue(in.Identity.Labels, excludeLBLabel) {
-		singles := in.lbSingles()
 		for _, p := range in.serviceCIDRs() {
-			if slices.Contains(singles, p) {
-				continue
-			}
 			add(p)
 		}
+	}
+	for _, p := range in.serviceRoutes() {
+		add(p)
 	}
 	rules := in.communityRules()
 	for i := range out {
@@ -393,16 +424,41 @@ func (id Identity) sameSubnet(a netip.Addr) bool {
 type ExportFilter struct {
 	Reject []netip.Prefix // pools with disableBGPExport: nothing inside them
 	Accept []netip.Prefix // the other pools: anything inside them
-	Exact  []netip.Prefix // service ranges: exactly these
+	// Services: anything inside these (BIRD's "net ~ cidr" on the static
+	// routes): the service ranges and per-service routes this node
+	// advertises, and on a route reflector the serviceLoadBalancerIPs
+	// (IPv4, as confd's template), so that it reflects its clients'
+	// per-service routes.
+	Services []netip.Prefix
 	// KeepNextHop are the peers to which routes go with their original
 	// next hop (keepOriginalNextHop / nextHopMode Keep on eBGP sessions);
 	// SelfNextHop those that get ours (nextHopMode Self).
 	KeepNextHop, SelfNextHop []netip.Addr
+	// PeerFilters are the sessions whose BGPPeers name BGPFilters, by
+	// filter list; Specs the filters named that exist. They apply, in
+	// order, before everything above, to export and import alike.
+	PeerFilters []PeerFilterSet
+	Specs       map[string]api.BGPFilterSpec
+	// Problems are rules that cannot be applied (logged, not fatal).
+	Problems []string
 }
 
-// Filter computes the export filter.
-func Filter(in RoutingInput, sessions []Session) ExportFilter {
+// Filter computes the export filter; peerFilters are Desired.PeerFilters,
+// filters the BGPFilters by name.
+func Filter(in RoutingInput, sessions []Session, peerFilters map[netip.Addr][]string, filters map[string]*api.BGPFilter) ExportFilter {
 	var f ExportFilter
+	f.PeerFilters = peerFilterSets(peerFilters)
+	for _, set := range f.PeerFilters {
+		for _, name := range set.Filters {
+			if bf := filters[name]; bf != nil {
+				if f.Specs == nil {
+					f.Specs = map[string]api.BGPFilterSpec{}
+				}
+				f.Specs[name] = bf.Spec
+			}
+		}
+	}
+	f.Problems = buildFilterPolicy(f.PeerFilters, f.Specs).problems
 	for _, pl := range in.pools() {
 		if pl.DisableBGPExport {
 			f.Reject = append(f.Reject, pl.CIDR)
@@ -410,7 +466,13 @@ func Filter(in RoutingInput, sessions []Session) ExportFilter {
 			f.Accept = append(f.Accept, pl.CIDR)
 		}
 	}
-	f.Exact = in.serviceCIDRs()
+	if !labelTrue(in.Identity.Labels, excludeLBLabel) {
+		f.Services = in.serviceCIDRs()
+	}
+	f.Services = append(f.Services, in.serviceRoutes()...)
+	if in.Identity.ClusterID != "" {
+		f.Services = append(f.Services, keepIf(in.serviceConf().lb, func(p netip.Prefix) bool { return p.Addr().Is4() })...)
+	}
 	for _, s := range sessions {
 		switch {
 		case s.NextHopKeep:
@@ -419,15 +481,18 @@ func Filter(in RoutingInput, sessions []Session) ExportFilter {
 			f.SelfNextHop = append(f.SelfNextHop, s.Addr)
 		}
 	}
-	for _, l := range [][]netip.Prefix{f.Reject, f.Accept, f.Exact} {
+	for _, l := range [][]netip.Prefix{f.Reject, f.Accept} {
 		slices.SortFunc(l, comparePrefix)
 	}
+	slices.SortFunc(f.Services, comparePrefix)
+	f.Services = slices.Compact(f.Services)
 	return f
 }
 
 func (f ExportFilter) equal(g ExportFilter) bool {
-	return slices.Equal(f.Reject, g.Reject) && slices.Equal(f.Accept, g.Accept) && slices.Equal(f.Exact, g.Exact) &&
-		slices.Equal(f.KeepNextHop, g.KeepNextHop) && slices.Equal(f.SelfNextHop, g.SelfNextHop)
+	return slices.Equal(f.Reject, g.Reject) && slices.Equal(f.Accept, g.Accept) && slices.Equal(f.Services, g.Services) &&
+		slices.Equal(f.KeepNextHop, g.KeepNextHop) && slices.Equal(f.SelfNextHop, g.SelfNextHop) &&
+		reflect.DeepEqual(f.PeerFilters, g.PeerFilters) && reflect.DeepEqual(f.Specs, g.Specs)
 }
 
 func comparePrefix(a, b netip.Prefix) int {

@@ -133,6 +133,9 @@ type Desired struct {
 	OK       bool
 	Identity Identity
 	Sessions []Session // sorted by Name
+	// PeerFilters are the BGPFilters each session's BGPPeer names
+	// (spec.filters, in order); mesh sessions have none.
+	PeerFilters map[netip.Addr][]string
 	// Problems are configuration errors worth a log line (unparsable
 	// selectors or peer IPs, two sessions to one address).
 	Problems []string
@@ -168,6 +171,7 @@ type peering struct {
 	peerNode     string
 	ttlSecurity  uint8
 	allowLocalAS uint32
+	filters      []string // BGPFilter names, in the BGPPeer's order
 }
 
 type peeringKey struct {
@@ -186,9 +190,10 @@ func Compute(c Snapshot) Desired {
 		return Desired{}
 	}
 	id := k.identity(me)
-	sessions := k.sessions(me, id, k.peerings())
+	pf := map[netip.Addr][]string{}
+	sessions := k.sessions(me, id, k.peerings(), pf)
 	slices.SortFunc(sessions, func(a, b Session) int { return strings.Compare(a.Name, b.Name) })
-	return Desired{OK: true, Identity: id, Sessions: sessions, Problems: k.problems}
+	return Desired{OK: true, Identity: id, Sessions: sessions, PeerFilters: pf, Problems: k.problems}
 }
 
 // cluster is Compute's working state: the snapshot indexed once, and the
@@ -343,6 +348,7 @@ func (k *cluster) setFields(ps []*peering, bp *api.BGPPeer) {
 	pw, pwErr := k.secret(bp)
 	for _, p := range ps {
 		p.password, p.passwordErr = pw, pwErr
+		p.filters = bp.Spec.Filters
 		p.useNodeIP = bp.Spec.SourceAddress == "" || bp.Spec.SourceAddress == api.SourceAddressUseNodeIP
 		if bp.Spec.MaxRestartTime != nil {
 			p.restartTime = roundSeconds(bp.Spec.MaxRestartTime.Duration)
@@ -589,16 +595,17 @@ func (k *cluster) meshSettings() Session {
 // sessions renders, for each of this node's families, in the order of
 // the BIRD template: the mesh, the global peerings, the node-specific
 // ones. A second session to one address is dropped as a problem.
-func (k *cluster) sessions(me *nodeInfo, id Identity, pp *peerings) []Session {
+func (k *cluster) sessions(me *nodeInfo, id Identity, pp *peerings, filters map[netip.Addr][]string) []Session {
 	var out []Session
 	byAddr := map[netip.Addr]string{}
-	add := func(s Session) {
+	add := func(s Session) bool {
 		if prev, ok := byAddr[s.Addr]; ok {
 			k.problem("%s: a session to %s already exists (%s); ignored", s.Name, s.Addr, prev)
-			return
+			return false
 		}
 		byAddr[s.Addr] = s.Name
 		out = append(out, s)
+		return true
 	}
 	mesh := k.meshSettings()
 	meshEnabled := k.global == nil || k.global.Spec.NodeToNodeMeshEnabled == nil || *k.global.Spec.NodeToNodeMeshEnabled
@@ -615,12 +622,16 @@ func (k *cluster) sessions(me *nodeInfo, id Identity, pp *peerings) []Session {
 		}
 		for _, key := range pp.globalOrder {
 			if s, ok := renderPeering(pp.global[key], PeerGlobal, "Global", myIP, id.AS, me.clusterID); ok {
-				add(s)
+				if add(s) && len(pp.global[key].filters) > 0 {
+					filters[s.Addr] = pp.global[key].filters
+				}
 			}
 		}
 		for _, key := range pp.nodeOrder {
 			if s, ok := renderPeering(pp.node[key], PeerNode, "Node", myIP, id.AS, me.clusterID); ok {
-				add(s)
+				if add(s) && len(pp.node[key].filters) > 0 {
+					filters[s.Addr] = pp.node[key].filters
+				}
 			}
 		}
 	}

@@ -228,9 +228,9 @@ func TestFilter(t *testing.T) {
 		{Addr: netip.MustParseAddr("192.0.2.9"), NextHopKeep: true},
 		{Addr: netip.MustParseAddr("192.0.2.8"), NextHopSelf: true},
 		{Addr: netip.MustParseAddr("192.0.2.7")},
-	})
+	}, nil, nil)
 	want := ExportFilter{
-		Reject: prefixes("10.250.0.0/16"), Accept: prefixes("10.244.0.0/16"), Exact: prefixes("203.0.113.0/24"),
+		Reject: prefixes("10.250.0.0/16"), Accept: prefixes("10.244.0.0/16"), Services: prefixes("203.0.113.0/24"),
 		KeepNextHop: addrs("192.0.2.9"), SelfNextHop: addrs("192.0.2.8"),
 	}
 	if !f.equal(want) {

@@ -262,6 +262,16 @@ func (sp *speaker) syncFilter(ctx context.Context, f ExportFilter) error {
 		return fmt.Errorf("set BGP export policy: %w", err)
 	}
 	first := sp.filter == nil
+	if first {
+		// SetPolicies replaces the definitions but keeps the assignments
+		// it finds (it ignores req.Assignments): assign once per gobgp
+		// start. Later definitions keep the policy names.
+		for _, as := range req.Assignments {
+			if err := sp.s.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: as}); err != nil {
+				return fmt.Errorf("assign BGP %s policy: %w", strings.ToLower(as.Direction.String()), err)
+			}
+		}
+	}
 	sp.filter = &f
 	if first {
 		return nil
@@ -269,7 +279,9 @@ func (sp *speaker) syncFilter(ctx context.Context, f ExportFilter) error {
 	var errs []error
 	for addr := range sp.peers {
 		if sp.book.established(addr) {
-			if err := sp.s.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_OUT}); err != nil {
+			// Both ways: BGPFilter import rules may have changed too (gobgp
+			// keeps what peers sent and runs it through the new policy).
+			if err := sp.s.ResetPeer(ctx, &api.ResetPeerRequest{Address: addr.String(), Soft: true, Direction: api.ResetPeerRequest_BOTH}); err != nil {
 				errs = append(errs, fmt.Errorf("re-send routes to %s: %w", addr, err))
 			}
 		}
@@ -277,7 +289,10 @@ func (sp *speaker) syncFilter(ctx context.Context, f ExportFilter) error {
 	return errors.Join(errs...)
 }
 
-const exportPolicy = "calico-export"
+const (
+	exportPolicy = "calico-export"
+	importPolicy = "calico-import"
+)
 
 func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 	req := &api.SetPoliciesRequest{}
@@ -299,6 +314,11 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 	}
 	nbrSet("calico-nexthop-keep", f.KeepNextHop, &api.NexthopAction{Unchanged: true})
 	nbrSet("calico-nexthop-self", f.SelfNextHop, &api.NexthopAction{Self: true})
+	// The BGPFilters come first: in BIRD they run before Calico's own
+	// export filter, on locally originated routes too.
+	fp := buildFilterPolicy(f.PeerFilters, f.Specs)
+	req.DefinedSets = append(req.DefinedSets, fp.defined...)
+	stmts = append(stmts, fp.exports...)
 	stmts = append(stmts, &api.Statement{
 		Name:       "calico-local",
 		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
@@ -335,13 +355,21 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 	}
 	prefixSet("calico-no-export-pools", f.Reject, false, api.RouteAction_REJECT)
 	prefixSet("calico-pools", f.Accept, false, api.RouteAction_ACCEPT)
-	prefixSet("calico-services", f.Exact, true, api.RouteAction_ACCEPT)
+	prefixSet("calico-services", f.Services, false, api.RouteAction_ACCEPT)
 	pol := &api.Policy{Name: exportPolicy, Statements: stmts}
 	req.Policies = []*api.Policy{pol}
 	req.Assignments = []*api.PolicyAssignment{{
 		Name: "global", Direction: api.PolicyDirection_EXPORT,
 		Policies: []*api.Policy{{Name: exportPolicy}}, DefaultAction: api.RouteAction_REJECT,
 	}}
+	// What no rule decides is imported, as BIRD's "accept" after the
+	// filters' import functions. The policy exists (empty) without
+	// filters too, so that its assignment stays valid.
+	req.Policies = append(req.Policies, &api.Policy{Name: importPolicy, Statements: fp.imports})
+	req.Assignments = append(req.Assignments, &api.PolicyAssignment{
+		Name: "global", Direction: api.PolicyDirection_IMPORT,
+		Policies: []*api.Policy{{Name: importPolicy}}, DefaultAction: api.RouteAction_ACCEPT,
+	})
 	return req
 }
 

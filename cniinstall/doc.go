@@ -31,6 +31,13 @@
 //   - <bin dir>/calico: a copy of this binary (a symlink would point into
 //     the container's filesystem), and <bin dir>/calico-ipam: a relative
 //     symlink to it (the binary dispatches on argv[0]).
+//   - <bin dir>/portmap and <bin dir>/bandwidth (ChainedPlugins): copies of
+//     the containernetworking/plugins binaries found beside this one (the
+//     image's /usr/bin, `make build`'s bin/), which the default template
+//     and deploy/'s chain after calico for hostPort and the
+//     kubernetes.io/ingress- and egress-bandwidth annotations, as Calico's
+//     manifests do. A config that chains one the installer has not got and
+//     the bin dir lacks is refused: every pod's ADD would fail on it.
 //
 // Paths inside the files are host paths: the conf dir as the host sees it
 // (CNI_NET_DIR) may differ from where it is mounted in the container

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,13 @@ func newEnv(t *testing.T) *env {
 	bin := bytes.Repeat([]byte("calico-node plugin binary "), 100000)
 	if err := os.WriteFile(e.source, bin, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	// Stand-ins for the chained plugins beside it, as `make build` and
+	// the image have them.
+	for _, p := range ChainedPlugins {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(p+" plugin binary"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return e
 }
@@ -124,8 +132,8 @@ func TestSeedTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
-	if len(changed) != 7 {
-		t.Errorf("first Sync wrote %d files, want 7: %v", len(changed), changed)
+	if len(changed) != 9 { // calico, calico-ipam, portmap, bandwidth, 3 TLS files, kubeconfig, config
+		t.Errorf("first Sync wrote %d files, want 9: %v", len(changed), changed)
 	}
 
 	conf := readFile(t, filepath.Join(e.conf, "10-calico.conflist"), 0o600)
@@ -392,5 +400,55 @@ func TestPluginRuns(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "supportedVersions") {
 			t.Errorf("%s VERSION: %v\n%s", name, err, out)
 		}
+	}
+}
+
+// TestChainedPlugins: portmap and bandwidth, found beside the calico
+// binary, are installed with it; a config that chains one the installer
+// has not got and the bin dir lacks is refused (every pod's ADD would
+// fail on it), one that does not chain them is written without them.
+func TestChainedPlugins(t *testing.T) {
+	t.Run("installed beside calico", func(t *testing.T) {
+		e := newEnv(t)
+		cfg := e.config(t)
+		cfg.Template = ""
+		if _, err := mustNew(t, cfg).Sync(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ChainedPlugins {
+			if got := readFile(t, filepath.Join(e.bin, p), 0o755); string(got) != p+" plugin binary" {
+				t.Errorf("%s installed as %q", p, got)
+			}
+		}
+	})
+	t.Run("chained but missing", func(t *testing.T) {
+		e := newEnv(t)
+		os.Remove(filepath.Join(filepath.Dir(e.source), "bandwidth"))
+		cfg := e.config(t)
+		cfg.Template = ""
+		_, err := mustNew(t, cfg).Sync()
+		if err == nil || !strings.Contains(err.Error(), "bandwidth") {
+			t.Fatalf("Sync with the chained bandwidth plugin missing: %v, want an error naming it", err)
+		}
+		if _, err := os.Stat(filepath.Join(e.conf, "10-calico.conflist")); err == nil {
+			t.Error("config written although it chains a missing plugin")
+		}
+	})
+	t.Run("not chained, missing", func(t *testing.T) {
+		e := newEnv(t)
+		for _, p := range ChainedPlugins {
+			os.Remove(filepath.Join(filepath.Dir(e.source), p))
+		}
+		if _, err := mustNew(t, e.config(t)).Sync(); err != nil {
+			t.Fatalf("Sync of a calico-only template: %v", err)
+		}
+	})
+}
+
+// TestChainedPluginsBuilt: the test binaries' builder (testbin) builds
+// every plugin the installer installs.
+func TestChainedPluginsBuilt(t *testing.T) {
+	if !slices.Equal(testbin.ChainedPlugins, ChainedPlugins) {
+		t.Errorf("testbin builds %v, the installer installs %v", testbin.ChainedPlugins, ChainedPlugins)
 	}
 }

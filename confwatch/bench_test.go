@@ -195,7 +195,7 @@ func agentStartup(b *testing.B, endpoints []string) (time.Duration, int) {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.Command(testbin.Path(b), "run", "--health-addr", addr, "--data-dir", b.TempDir())
-	cmd.Env = []string{"ETCD_ENDPOINTS=" + strings.Join(endpoints, ","), "NODENAME=bench", "IP=198.51.100.250", "NO_DEFAULT_POOLS=true", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none"}
+	cmd.Env = []string{"ETCD_ENDPOINTS=" + strings.Join(endpoints, ","), "NODENAME=bench", "IP=198.51.100.250", "NO_DEFAULT_POOLS=true", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none", "CALICO_CNI_SOCKET=none"}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

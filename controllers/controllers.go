@@ -129,6 +129,11 @@ type Config struct {
 	// because the store may be a connection still being made.)
 	Datastore string
 	Logger    *slog.Logger
+	// LogLevelFixed: the user fixed calico-node's log level (flag or
+	// environment), and the controllers keep the level of Logger. Otherwise
+	// they log at KubeControllersConfiguration's logSeverityScreen, as
+	// Calico's kube-controllers process does.
+	LogLevelFixed bool
 	// Registerer receives the controllers' metrics; nil = none.
 	Registerer prometheus.Registerer
 }
@@ -160,15 +165,16 @@ type Controllers struct {
 	ipam    IPAM
 	// kdd: the store is the Kubernetes datastore, where Calico Nodes are
 	// the Kubernetes Nodes themselves.
-	kdd     bool
-	log     *slog.Logger
+	kdd bool
+	log *slog.Logger
+	// level follows logSeverityScreen; nil with Config.LogLevelFixed.
+	level   *slog.LevelVar
 	metrics *metrics
 }
 
 type metrics struct {
 	leader       prometheus.Gauge
-	gcCandidates prometheus.Gauge
-	gcReclaimed  prometheus.Counter
+	ipam         *ipamMetrics
 	nodesRemoved prometheus.Counter
 	syncFailures *prometheus.CounterVec
 }
@@ -213,6 +219,11 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	var level *slog.LevelVar
+	if !cfg.LogLevelFixed {
+		level = new(slog.LevelVar) // Info until the configuration is read
+		cfg.Logger = slog.New(levelHandler{h: cfg.Logger.Handler(), level: level})
+	}
 	log := cfg.Logger.With("component", "kube-controllers")
 	kdd := cfg.Datastore == datastore.TypeKubernetes
 	if kdd {
@@ -227,19 +238,17 @@ func New(cfg Config, k *kube.Client, store Store, ipamc IPAM) (*Controllers, err
 	}
 	m := &metrics{
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "calico_kube_controllers_leader", Help: "1 while this instance holds the controllers' lease."}),
-		gcCandidates: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipam_allocations_gc_candidates",
-			Help: "IP allocations that look leaked and wait for the grace period."}),
-		gcReclaimed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipam_allocations_gc_reclamations",
-			Help: "Leaked IP allocations released by the garbage collector."}),
+		ipam:   newIPAMMetrics(),
 		nodesRemoved: prometheus.NewCounter(prometheus.CounterOpts{Name: "calico_kube_controllers_nodes_removed_total",
 			Help: "Calico nodes removed because their Kubernetes node was deleted."}),
 		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calico_kube_controllers_sync_failures_total",
 			Help: "Failed attempts to sync one object, per controller."}, []string{"controller"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(m.leader, m.gcCandidates, m.gcReclaimed, m.nodesRemoved, m.syncFailures)
+		cfg.Registerer.MustRegister(m.leader, m.nodesRemoved, m.syncFailures)
+		cfg.Registerer.MustRegister(m.ipam.collectors()...)
 	}
-	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc, kdd: kdd, log: log, metrics: m}
+	c := &Controllers{cfg: cfg, kube: k, store: store, ipam: ipamc, kdd: kdd, log: log, level: level, metrics: m}
 	if len(cfg.Enabled) == 0 {
 		return c, nil
 	}
@@ -299,8 +308,16 @@ type runner interface {
 	run(ctx context.Context)
 }
 
-// lead runs the enabled controllers until ctx ends.
+// lead runs the enabled controllers until ctx ends, configured by
+// KubeControllersConfiguration "default", which it follows for the term.
 func (c *Controllers) lead(ctx context.Context) {
+	src := newKCCSource(c.store, c.kdd, c.level, c.log)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { src.run(ctx) })
+	if !src.waitReady(ctx) {
+		return
+	}
 	factory := newInformers(c.kube, c.cfg.Resync)
 	var runners []runner
 	for _, name := range c.cfg.Enabled {
@@ -309,15 +326,20 @@ func (c *Controllers) lead(ctx context.Context) {
 		var err error
 		switch name {
 		case Namespace:
-			r, err = newNamespaceController(c, factory, log)
+			r, err = newNamespaceController(c, factory, src, log)
 		case ServiceAccount:
-			r, err = newServiceAccountController(c, factory, log)
+			r, err = newServiceAccountController(c, factory, src, log)
 		case WorkloadEndpoint:
-			r, err = newWorkloadEndpointController(c, factory, log)
+			r, err = newWorkloadEndpointController(c, factory, src, log)
 		case Policy:
-			r, err = newPolicyController(c, factory, log)
+			r, err = newPolicyController(c, factory, src, log)
 		case Node:
-			r, err = newNodeController(c, factory, log)
+			r, err = newNodeController(c, factory, src, log)
+			if err == nil {
+				// Automatic host endpoints are the node controller's,
+				// as in Calico.
+				runners = append(runners, newAutoHEPController(c, src, c.log.With("controller", "hostendpoint")))
+			}
 		case IPAMGC:
 			r, err = newIPAMGC(c, factory, log)
 		}
@@ -327,28 +349,36 @@ func (c *Controllers) lead(ctx context.Context) {
 		}
 		runners = append(runners, r)
 	}
+	if ec, ok := c.store.(EtcdClienter); ok && !c.kdd {
+		if client := ec.Etcd(); client != nil {
+			runners = append(runners, &compactor{client: client, src: src, log: c.log.With("controller", "compaction")})
+		}
+	}
 	factory.start(ctx)
 	defer factory.wait()
 	if !factory.synced(ctx, c.log) {
 		return
 	}
-	var wg sync.WaitGroup
 	for _, r := range runners {
 		wg.Go(func() { r.run(ctx) })
 	}
-	wg.Wait()
 }
 
 // queue is the work queue of one controller with its worker and full
 // reconcile loop.
 type queue struct {
-	name   string
-	q      workqueue.TypedRateLimitingInterface[string]
-	sync   func(ctx context.Context, key string) error
-	keys   func(ctx context.Context) ([]string, error)
-	resync time.Duration
-	log    *slog.Logger
-	fails  prometheus.Counter
+	name string
+	q    workqueue.TypedRateLimitingInterface[string]
+	sync func(ctx context.Context, key string) error
+	keys func(ctx context.Context) ([]string, error)
+	// period is the full-reconcile period in effect (0: none after the
+	// first) and a channel closed when it may have changed.
+	period func() (time.Duration, <-chan struct{})
+	// reconcileOnChange: a configuration change brings the next full
+	// reconcile forward to now (the node controller's syncLabels).
+	reconcileOnChange bool
+	log               *slog.Logger
+	fails             prometheus.Counter
 }
 
 // retryAfter asks for a key to be looked at again after d, without
@@ -357,14 +387,23 @@ type retryAfter time.Duration
 
 func (r retryAfter) Error() string { return fmt.Sprintf("retry after %s", time.Duration(r)) }
 
-func (c *Controllers) newQueue(name string, log *slog.Logger, sync func(context.Context, string) error, keys func(context.Context) ([]string, error)) *queue {
+// newQueue makes a controller's queue; src, when set, gives its
+// full-reconcile period (reconcilerPeriod), else it is Config.Resync.
+func (c *Controllers) newQueue(name string, log *slog.Logger, src *kccSource, sync func(context.Context, string) error, keys func(context.Context) ([]string, error)) *queue {
+	period := func() (time.Duration, <-chan struct{}) { return c.cfg.Resync, nil }
+	if src != nil && slices.Contains(reconciled, name) {
+		period = func() (time.Duration, <-chan struct{}) {
+			rc, changed := src.current()
+			return rc.reconcile[name], changed
+		}
+	}
 	return &queue{
 		name: name,
 		q: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
 		sync:   sync,
 		keys:   keys,
-		resync: c.cfg.Resync,
+		period: period,
 		log:    log,
 		fails:  c.metrics.syncFailures.WithLabelValues(name),
 	}
@@ -392,7 +431,7 @@ func (q *queue) handler() cache.ResourceEventHandler {
 }
 
 // run reconciles everything, then processes the queue, reconciling
-// everything again every resync period.
+// everything again every full-reconcile period.
 func (q *queue) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -403,12 +442,28 @@ func (q *queue) run(ctx context.Context) {
 		q.q.ShutDown()
 		wg.Wait()
 	}()
-	wait := time.Duration(0)
+	var last time.Time // of the last full reconcile; zero: due now
+	var backoff time.Duration
 	for {
+		period, changed := q.period()
+		var due <-chan time.Time
+		switch {
+		case backoff > 0:
+			due = time.After(backoff)
+		case last.IsZero():
+			due = time.After(0)
+		case period > 0:
+			due = time.After(time.Until(last.Add(period)))
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-changed:
+			if q.reconcileOnChange {
+				last = time.Time{}
+			}
+			continue // the period may have changed: wait anew
+		case <-due:
 		}
 		keys, err := q.keys(ctx)
 		if err != nil {
@@ -416,14 +471,14 @@ func (q *queue) run(ctx context.Context) {
 				return
 			}
 			// Retry soon: the datastore may be coming up.
-			wait = min(max(2*wait, time.Second), q.resync)
-			q.log.Warn("full reconcile failed, will retry", "err", err, "in", wait)
+			backoff = min(max(2*backoff, time.Second), max(period, time.Second), DefaultReconcilerPeriod)
+			q.log.Warn("full reconcile failed, will retry", "err", err, "in", backoff)
 			continue
 		}
+		backoff, last = 0, time.Now()
 		for _, k := range keys {
 			q.add(k)
 		}
-		wait = q.resync
 	}
 }
 

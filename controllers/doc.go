@@ -26,6 +26,12 @@
 //     affinities given up, its BGPPeers, HostEndpoints and node.<name>
 //     Felix/BGP configurations deleted, then the Node itself. Calico Nodes
 //     without a Kubernetes orchRef (CALICO_K8S_NODE_REF) are left alone.
+//     With it runs the automatic host endpoint controller (autohep.go):
+//     with node.hostEndpoint.autoCreate Enabled, "<node>-auto-hep" and the
+//     templates' host endpoints for every Calico Node, as Calico makes
+//     them, kept in step with the nodes; the ones it made (label
+//     projectcalico.org/created-by: calico-kube-controllers) are deleted
+//     when no longer wanted, others are never touched.
 //   - ipamgc: an allocation is a leak candidate when it names a pod
 //     (namespace and pod attributes) that no longer exists in the API (or
 //     now runs on another node) and no WorkloadEndpoint or Node uses the
@@ -39,6 +45,19 @@
 //     While the datastore is locked for a migration (ClusterInformation
 //     datastoreReady false) nothing is collected and the grace period
 //     starts again at the unlock, as Calico's IPAM controller waits.
+//     Each pass also sets Calico's ipam_* gauges (per pool and node, and
+//     per node; ipammetrics.go), computed purely from the IPAM report.
+//
+// # KubeControllersConfiguration
+//
+// Each leadership term follows KubeControllersConfiguration "default"
+// (kcc.go: list, then watch), merged as Calico's kube-controllers merges
+// it with ENABLED_CONTROLLERS set: logSeverityScreen (the controllers'
+// own level, through levelHandler), node.syncLabels, node.hostEndpoint,
+// node.leakGracePeriod, the four reconcilerPeriods (queue.period) and, on
+// etcd, etcdV3CompactionPeriod (compactor.go, Kubernetes' compactor).
+// Changes apply in place; settings calico-node does not honour are
+// logged.
 //
 // # On the Kubernetes datastore
 //

@@ -119,7 +119,8 @@ func (gc *ipamGC) interval(grace time.Duration, enabled bool) time.Duration {
 }
 
 func (gc *ipamGC) run(ctx context.Context) {
-	defer gc.c.metrics.gcCandidates.Set(0)
+	// Another instance leads (and reports) once this one stops.
+	defer gc.c.metrics.ipam.clear()
 	logged := false
 	for {
 		grace, enabled, err := gc.leakGracePeriod(ctx)
@@ -134,7 +135,11 @@ func (gc *ipamGC) run(ctx context.Context) {
 				logged = true
 			}
 			clear(gc.candidates)
-			gc.c.metrics.gcCandidates.Set(0)
+			// Collection is off; the IPAM gauges are still kept, as
+			// Calico's IPAM controller keeps them.
+			if err := gc.publish(ctx, nil, nil, nil); err != nil && ctx.Err() == nil {
+				gc.log.Warn("IPAM metrics not updated", "err", err)
+			}
 		default:
 			logged = false
 			if err := gc.pass(ctx, grace); err != nil && ctx.Err() == nil {
@@ -162,12 +167,16 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 		// use on the other side. Calico's IPAM controller waits too.
 		gc.log.Warn("datastore is locked, skipping IPAM garbage collection")
 		clear(gc.candidates) // the grace period starts again after the unlock
-		gc.c.metrics.gcCandidates.Set(0)
+		gc.c.metrics.ipam.clear()
 		return nil
 	}
 	nodeObjs, _, err := gc.c.store.List(ctx, "Node", "")
 	if err != nil {
 		return fmt.Errorf("list calico nodes: %w", err)
+	}
+	pools, err := gc.pools(ctx) // for the metrics' ippool label
+	if err != nil {
+		return err
 	}
 	k8sName := map[string]string{} // calico node -> kubernetes node
 	for _, o := range nodeObjs {
@@ -199,7 +208,9 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 			delete(gc.candidates, k) // released by someone else
 		}
 	}
-	gc.c.metrics.gcCandidates.Set(float64(len(gc.candidates)))
+	if err := gc.publish(ctx, report, pools, nil); err != nil {
+		return err
+	}
 
 	confirmed := func(a *ipam.Allocation) bool {
 		first, ok := gc.candidates[keyOf(a)]
@@ -230,6 +241,7 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("release leaked addresses: %w", err)
 	}
+	gone := map[allocKey]bool{}
 	for i, a := range allocs {
 		k := keyOf(a)
 		first := gc.candidates[k]
@@ -237,11 +249,68 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 		if !released[i] {
 			continue // changed since the check: not ours to release
 		}
-		gc.c.metrics.gcReclaimed.Inc()
+		gone[k] = true
+		gc.c.metrics.ipam.reclaimed(pools, a)
 		gc.log.Info("released leaked IP address", "ip", a.IP, "handle", a.Handle, "pod", podOf(a),
 			"node", a.Node, "type", a.Type, "leakedFor", now.Sub(first).Round(time.Second))
 	}
-	gc.c.metrics.gcCandidates.Set(float64(len(gc.candidates)))
+	return gc.publish(ctx, report, pools, gone)
+}
+
+// pools lists the IP pools, for the IPAM metrics' ippool label.
+func (gc *ipamGC) pools(ctx context.Context) ([]api.IPPool, error) {
+	objs, _, err := gc.c.store.List(ctx, "IPPool", "")
+	if err != nil {
+		return nil, fmt.Errorf("list IP pools: %w", err)
+	}
+	pools := make([]api.IPPool, 0, len(objs))
+	for _, o := range objs {
+		pools = append(pools, *o.(*api.IPPool))
+	}
+	return pools, nil
+}
+
+// publish sets the IPAM gauges from report (nil: read IPAM now) and pools
+// (nil: list them), leaving out the allocations released since the report
+// was made (gone).
+func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, pools []api.IPPool, gone map[allocKey]bool) error {
+	if report == nil {
+		r, err := gc.c.ipam.Check(ctx)
+		if err != nil {
+			return fmt.Errorf("read IPAM: %w", err)
+		}
+		report = r
+	}
+	if pools == nil {
+		var err error
+		if pools, err = gc.pools(ctx); err != nil {
+			return err
+		}
+	}
+	nodeObjs, _, err := gc.c.store.List(ctx, "Node", "")
+	if err != nil {
+		return fmt.Errorf("list calico nodes: %w", err)
+	}
+	nodes := make([]string, 0, len(nodeObjs))
+	for _, o := range nodeObjs {
+		nodes = append(nodes, o.(*api.Node).Name)
+	}
+	if len(gone) > 0 {
+		kept := *report
+		kept.Allocations = map[string][]*ipam.Allocation{}
+		for ip, as := range report.Allocations {
+			for _, a := range as {
+				if !gone[keyOf(a)] {
+					kept.Allocations[ip] = append(kept.Allocations[ip], a)
+				}
+			}
+		}
+		report = &kept
+	}
+	gc.c.metrics.ipam.set(countIPAM(report, pools, nodes, func(a *ipam.Allocation) bool {
+		_, ok := gc.candidates[keyOf(a)]
+		return ok
+	}))
 	return nil
 }
 

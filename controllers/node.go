@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,7 @@ type nodeController struct {
 	*queue
 	c     *Controllers
 	nodes listersv1.NodeLister
+	src   *kccSource // nil in cleanupNode's
 
 	mu sync.Mutex
 	// calicoNames maps Kubernetes node names to Calico node names, from
@@ -51,10 +53,18 @@ type nodeController struct {
 	calicoNames map[string]string
 }
 
-func newNodeController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+func newNodeController(c *Controllers, f *informers, src *kccSource, log *slog.Logger) (runner, error) {
 	nodeInf := f.nodes()
-	nc := &nodeController{c: c, nodes: listersv1.NewNodeLister(nodeInf.GetIndexer()), calicoNames: map[string]string{}}
-	nc.queue = c.newQueue(Node, log, nc.sync, nc.keys)
+	nc := &nodeController{c: c, nodes: listersv1.NewNodeLister(nodeInf.GetIndexer()), src: src, calicoNames: map[string]string{}}
+	nc.queue = c.newQueue(Node, log, src, nc.sync, nc.keys)
+	if src != nil {
+		// syncLabels turned on: copy the labels now.
+		nc.queue.period = func() (time.Duration, <-chan struct{}) {
+			_, changed := src.current()
+			return c.cfg.Resync, changed
+		}
+		nc.queue.reconcileOnChange = true
+	}
 	if _, err := nodeInf.AddEventHandler(nc.handler()); err != nil {
 		return nil, err
 	}
@@ -120,10 +130,19 @@ func (nc *nodeController) noteCalicoNode(o api.Object) {
 	nc.mu.Lock()
 	nc.calicoNames[k] = n.Name
 	nc.mu.Unlock()
-	if kn, err := nc.nodes.Get(k); err == nil && !labelsToSync(n, kn) {
+	if kn, err := nc.nodes.Get(k); err == nil && !(nc.syncLabels() && labelsToSync(n, kn)) {
 		return
 	}
 	nc.add(k)
+}
+
+// syncLabels is KubeControllersConfiguration's node.syncLabels.
+func (nc *nodeController) syncLabels() bool {
+	if nc.src == nil {
+		return true
+	}
+	rc, _ := nc.src.current()
+	return rc.syncLabels
 }
 
 // calicoNodes lists the Calico nodes and refreshes the name mapping.
@@ -164,7 +183,7 @@ func (nc *nodeController) keys(ctx context.Context) ([]string, error) {
 			keys = append(keys, k)
 			continue
 		}
-		if err == nil && labelsToSync(cn, kn) {
+		if err == nil && nc.syncLabels() && labelsToSync(cn, kn) {
 			keys = append(keys, k)
 		}
 	}
@@ -204,8 +223,10 @@ func (nc *nodeController) sync(ctx context.Context, knode string) error {
 
 	kn, err := nc.nodes.Get(knode)
 	switch {
+	case err == nil && !nc.syncLabels():
+		return nil
 	case err == nil:
-		return nc.syncLabels(ctx, cn, kn)
+		return nc.copyLabels(ctx, cn, kn)
 	case !apierrors.IsNotFound(err):
 		return err
 	}
@@ -335,7 +356,7 @@ func mergedLabels(cn *api.Node, kn *corev1.Node) (map[string]string, error) {
 	return out, nil
 }
 
-func (nc *nodeController) syncLabels(ctx context.Context, cn *api.Node, kn *corev1.Node) error {
+func (nc *nodeController) copyLabels(ctx context.Context, cn *api.Node, kn *corev1.Node) error {
 	if !labelsToSync(cn, kn) {
 		return nil
 	}

@@ -24,10 +24,10 @@ type policyController struct {
 	lister listersnetworkingv1.NetworkPolicyLister
 }
 
-func newPolicyController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+func newPolicyController(c *Controllers, f *informers, src *kccSource, log *slog.Logger) (runner, error) {
 	inf := f.networkPolicies()
 	pc := &policyController{c: c, lister: listersnetworkingv1.NewNetworkPolicyLister(inf.GetIndexer())}
-	pc.queue = c.newQueue(Policy, log, pc.sync, pc.keys)
+	pc.queue = c.newQueue(Policy, log, src, pc.sync, pc.keys)
 	if _, err := inf.AddEventHandler(pc.handler()); err != nil {
 		return nil, err
 	}

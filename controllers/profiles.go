@@ -138,10 +138,10 @@ type namespaceController struct {
 	lister listersv1.NamespaceLister
 }
 
-func newNamespaceController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+func newNamespaceController(c *Controllers, f *informers, src *kccSource, log *slog.Logger) (runner, error) {
 	inf := f.namespaces()
 	nc := &namespaceController{c: c, lister: listersv1.NewNamespaceLister(inf.GetIndexer())}
-	nc.queue = c.newQueue(Namespace, log, nc.sync, nc.keys)
+	nc.queue = c.newQueue(Namespace, log, src, nc.sync, nc.keys)
 	if _, err := inf.AddEventHandler(nc.handler()); err != nil {
 		return nil, err
 	}
@@ -186,10 +186,10 @@ type serviceAccountController struct {
 	lister listersv1.ServiceAccountLister
 }
 
-func newServiceAccountController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+func newServiceAccountController(c *Controllers, f *informers, src *kccSource, log *slog.Logger) (runner, error) {
 	inf := f.serviceAccounts()
 	sc := &serviceAccountController{c: c, lister: listersv1.NewServiceAccountLister(inf.GetIndexer())}
-	sc.queue = c.newQueue(ServiceAccount, log, sc.sync, sc.keys)
+	sc.queue = c.newQueue(ServiceAccount, log, src, sc.sync, sc.keys)
 	if _, err := inf.AddEventHandler(sc.handler()); err != nil {
 		return nil, err
 	}

@@ -37,10 +37,10 @@ type workloadEndpointController struct {
 	lister listersv1.PodLister
 }
 
-func newWorkloadEndpointController(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
+func newWorkloadEndpointController(c *Controllers, f *informers, src *kccSource, log *slog.Logger) (runner, error) {
 	inf := f.pods()
 	wc := &workloadEndpointController{c: c, lister: listersv1.NewPodLister(inf.GetIndexer())}
-	wc.queue = c.newQueue(WorkloadEndpoint, log, wc.sync, wc.keys)
+	wc.queue = c.newQueue(WorkloadEndpoint, log, src, wc.sync, wc.keys)
 	// Only label and service-account changes matter; the initial list and
 	// periodic resyncs are covered by the full reconcile, which compares
 	// all endpoints in one datastore list instead of one list per pod.

@@ -336,12 +336,21 @@ func checkDaemonSet(t *testing.T, fl flavour) {
 	// install-cni with the ConfigMap's template writes a conflist the
 	// runtime loads.
 	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins") // portmap and bandwidth, as the image has them beside calico-node
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cniinstall.ChainedPlugins {
+		if err := os.WriteFile(filepath.Join(plugins, p), []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	in, err := cniinstall.New(cniinstall.Config{
 		ConfDir: filepath.Join(dir, "net.d"), BinDir: filepath.Join(dir, "bin"),
 		Template: env["CNI_NETWORK_CONFIG"], MTU: env["CNI_MTU"], NodeName: env["KUBERNETES_NODE_NAME"],
 		EtcdEndpoints: env["ETCD_ENDPOINTS"], ServiceAccountDir: filepath.Join(dir, "no-sa"),
 		Getenv: func(k string) string { return env[k] },
-		Source: "/bin/true",
+		Source: "/bin/true", PluginDir: plugins,
 	})
 	if err != nil {
 		t.Fatalf("CNI template: %v", err)
@@ -353,8 +362,18 @@ func checkDaemonSet(t *testing.T, fl flavour) {
 	if err != nil {
 		t.Fatalf("installed conflist: %v", err)
 	}
-	if len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "calico" || list.Plugins[0].Network.IPAM.Type != "calico-ipam" {
+	// calico, then portmap and bandwidth as Calico's manifests chain them.
+	if len(list.Plugins) != 3 || list.Plugins[0].Network.Type != "calico" || list.Plugins[0].Network.IPAM.Type != "calico-ipam" ||
+		list.Plugins[1].Network.Type != "portmap" || list.Plugins[2].Network.Type != "bandwidth" {
 		t.Fatalf("conflist plugins: %+v", list.Plugins)
+	}
+	var portmap struct {
+		SNAT *bool `json:"snat"`
+	}
+	if json.Unmarshal(list.Plugins[1].Bytes, &portmap) != nil || portmap.SNAT == nil || !*portmap.SNAT ||
+		list.Plugins[1].Network.Capabilities["portMappings"] != true ||
+		list.Plugins[2].Network.Capabilities["bandwidth"] != true {
+		t.Errorf("portmap/bandwidth configuration: %s", list.Bytes)
 	}
 	if !bytes.Contains(list.Bytes, []byte(`"mtu": 1500`)) {
 		t.Errorf("CNI_MTU not applied:\n%s", list.Bytes)
@@ -405,7 +424,7 @@ func TestRBACIsEnough(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// The CNI plugin's reads.
+	// The CNI plugin's and BGP's reads.
 	c.CreateNamespace(t, "apps", map[string]string{"team": "a"})
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -420,6 +439,12 @@ func TestRBACIsEnough(t *testing.T) {
 		"get pod":       func() error { _, err := sa.CoreV1().Pods("apps").Get(ctx, "web", metav1.GetOptions{}); return err },
 		"get namespace": func() error { _, err := sa.CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{}); return err },
 		"get node":      func() error { _, err := sa.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); return err },
+		// BGP's per-service advertisement.
+		"list services": func() error { _, err := sa.CoreV1().Services("").List(ctx, metav1.ListOptions{}); return err },
+		"list endpointslices": func() error {
+			_, err := sa.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+			return err
+		},
 	} {
 		if err := call(); err != nil {
 			t.Errorf("%s as calico-node: %v", what, err)
@@ -759,7 +784,8 @@ func (a access) in(list []access) bool {
 //   - IPAM on its four CRDs (CNI plugin, agent tunnel addresses, IPAM GC);
 //   - start-up's ClusterInformation, tiers and default pools;
 //   - the node controller's removal of a deleted node's BGPPeers,
-//     HostEndpoints and node.<name> configurations;
+//     HostEndpoints and node.<name> configurations, and its automatic
+//     host endpoints;
 //   - the controllers' Lease.
 func kddAccess() []access {
 	var out []access
@@ -797,6 +823,12 @@ func kddAccess() []access {
 	}
 	for _, r := range []string{"bgppeers", "hostendpoints", "felixconfigurations", "bgpconfigurations"} {
 		out = append(out, access{verb: "delete", group: crdGroup, resource: r})
+	}
+	for _, v := range []string{"create", "update"} { // automatic host endpoints
+		out = append(out, access{verb: v, group: crdGroup, resource: "hostendpoints"})
+	}
+	for _, v := range []string{"list", "watch"} { // BGP's per-service advertisement
+		out = append(out, access{verb: v, resource: "services"}, access{verb: v, group: "discovery.k8s.io", resource: "endpointslices"})
 	}
 	out = append(out,
 		access{verb: "patch", resource: "nodes/status"},

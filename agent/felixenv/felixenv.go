@@ -24,6 +24,12 @@
 // on a node. Every consumer of a FelixConfiguration field reads it from
 // that one merge; ForNode picks the layers for a node.
 //
+// FieldStatuses says, for every field, whether calico-node honours it
+// (Honoured, EnvOnly, Partly with the supported values, Ignored,
+// NotApplicable); Unhonoured lists the fields of a merged configuration
+// set to values it does not honour, for the agent to report, and
+// StatusMarkdown is the table docs/configuration.md carries.
+//
 // # Design
 //
 // Field lookup is by reflection over api.FelixConfigurationSpec's struct
@@ -35,7 +41,8 @@
 //
 // # Thread safety
 //
-// Parse, Merge and ForNode have no state and may be called concurrently.
+// Parse, Merge, ForNode and Unhonoured have no state and may be called
+// concurrently.
 package felixenv
 
 import (

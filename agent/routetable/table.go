@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -62,6 +63,71 @@ type Table struct {
 
 	// onApplied hears of every successful pass (set before Run).
 	onApplied func(installed []routes.Route)
+	m         *metrics // nil: none
+}
+
+// metrics are Felix's route table metrics, with Felix's names, types,
+// labels ("IPv4:254": family and table number) and help.
+type metrics struct {
+	resync         prometheus.Summary
+	routes, ifaces *prometheus.GaugeVec
+}
+
+// RegisterMetrics makes the table keep Felix's route table metrics
+// (felix_route_table_resync_seconds, felix_route_table_num_routes,
+// felix_route_table_num_ifaces) in reg. Call it before Run.
+func (t *Table) RegisterMetrics(reg prometheus.Registerer) error {
+	m := &metrics{
+		resync: prometheus.NewSummary(prometheus.SummaryOpts{
+			Name: "felix_route_table_resync_seconds", Help: "Time taken to list all the routes during a resync.",
+			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001},
+		}),
+		routes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "felix_route_table_num_routes", Help: "Number of routes that Felix is managing in the particular routing table.",
+		}, []string{"table"}),
+		ifaces: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "felix_route_table_num_ifaces", Help: "Number of interfaces that Felix is monitoring for the particular routing table.",
+		}, []string{"table"}),
+	}
+	for _, c := range []prometheus.Collector{m.resync, m.routes, m.ifaces} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register route table metrics: %w", err)
+		}
+	}
+	t.m = m
+	return nil
+}
+
+// count sets the gauges from the routes now in the kernel.
+func (m *metrics) count(rs map[string]routes.Route) {
+	if m == nil {
+		return
+	}
+	n := map[string]int{}
+	ifaces := map[string]map[string]bool{}
+	for _, r := range rs {
+		label := fmt.Sprintf("IPv%d:%d", 4+2*btoi(r.Dst.Addr().Is6()), table(r))
+		n[label]++
+		if ifaces[label] == nil {
+			ifaces[label] = map[string]bool{}
+		}
+		if r.Dev != "" {
+			ifaces[label][r.Dev] = true
+		}
+	}
+	m.routes.Reset()
+	m.ifaces.Reset()
+	for label, c := range n {
+		m.routes.WithLabelValues(label).Set(float64(c))
+		m.ifaces.WithLabelValues(label).Set(float64(len(ifaces[label])))
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // New returns a table working through k (a netlink handle for the node's
@@ -236,6 +302,7 @@ func (t *Table) Reconcile() error {
 	t.skipped = 0
 	var errs []error
 	actual := map[string]netlink.Route{}
+	listStart := time.Now()
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
@@ -249,6 +316,9 @@ func (t *Table) Reconcile() error {
 			}
 			actual[fmt.Sprintf("%d/%s", r.Table, dst)] = r
 		}
+	}
+	if t.m != nil {
+		t.m.resync.Observe(time.Since(listStart).Seconds())
 	}
 	// Delete what nobody wants.
 	for k, r := range actual {
@@ -283,6 +353,7 @@ func (t *Table) Reconcile() error {
 		return err
 	}
 	t.last = want
+	t.m.count(want)
 	t.signalApplied()
 	return nil
 }
@@ -325,6 +396,7 @@ func (t *Table) applyDiff() error {
 		return err
 	}
 	t.last = want
+	t.m.count(want)
 	t.signalApplied()
 	return nil
 }

@@ -3,6 +3,8 @@ package xtables
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -73,4 +75,47 @@ func countRules(save string) int {
 		}
 	}
 	return n
+}
+
+var versionRE = regexp.MustCompile(`v?(\d+)\.(\d+)(?:\.(\d+))?`)
+
+// RandomFully reports whether MASQUERADE and SNAT take --random-fully
+// with backend b on this kernel (release, as /proc/sys/kernel/osrelease
+// has it): iptables 1.6.2 or later on Linux 3.14 or later, Felix's test.
+// Felix adds the option to natOutgoing's rules whenever it is supported.
+func RandomFully(ctx context.Context, r Runner, b Backend, release string) bool {
+	out, err := r.Run(ctx, b.Save, []string{"--version"}, "")
+	if err != nil {
+		return false
+	}
+	return randomFullySupported(out, release)
+}
+
+func randomFullySupported(iptablesVersion, kernelRelease string) bool {
+	ipt, ok1 := parseVersion(iptablesVersion)
+	ker, ok2 := parseVersion(kernelRelease)
+	return ok1 && ok2 && !versionLess(ipt, [3]int{1, 6, 2}) && !versionLess(ker, [3]int{3, 14, 0})
+}
+
+func parseVersion(s string) ([3]int, bool) {
+	m := versionRE.FindStringSubmatch(s)
+	if m == nil {
+		return [3]int{}, false
+	}
+	var v [3]int
+	for i := range 3 {
+		if m[i+1] != "" {
+			v[i], _ = strconv.Atoi(m[i+1])
+		}
+	}
+	return v, true
+}
+
+func versionLess(a, b [3]int) bool {
+	for i := range 3 {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
 }

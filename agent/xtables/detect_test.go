@@ -95,3 +95,22 @@ func TestDetectMode(t *testing.T) {
 		t.Error("no iptables at all: want an error")
 	}
 }
+
+func TestRandomFullySupported(t *testing.T) {
+	tests := []struct {
+		ipt, kernel string
+		want        bool
+	}{
+		{"iptables-nft-save v1.8.9 (nf_tables)", "6.1.0-18-amd64", true},
+		{"iptables-save v1.6.2 (legacy)", "3.14.0", true},
+		{"iptables-save v1.6.1", "5.10.0", false},
+		{"iptables-save v1.8.4 (legacy)", "3.13.11-generic", false},
+		{"iptables-save v1.8.4 (legacy)", "4.19.0", true},
+		{"garbage", "5.10.0", false},
+	}
+	for _, tc := range tests {
+		if got := randomFullySupported(tc.ipt, tc.kernel); got != tc.want {
+			t.Errorf("randomFullySupported(%q, %q) = %v, want %v", tc.ipt, tc.kernel, got, tc.want)
+		}
+	}
+}

@@ -30,5 +30,9 @@
 //     other; Detect reads `iptables --version` only. `--wait` makes every call respect the
 //     xtables lock other tools hold.
 //
+// Metrics: calico-node's own (calico_iptables_*, by family) and Felix's
+// (felix_iptables_*, felix_ipset*), with Felix's names, labels and help,
+// shared by the programmers of both families (NewMetrics).
+//
 // Thread safety: a Programmer is used by one goroutine (the policy actor).
 package xtables

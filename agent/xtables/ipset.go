@@ -43,13 +43,19 @@ func hasPrefix(s string, prefixes []string) bool {
 
 // readSets parses `ipset save` for our sets of this family.
 func (p *Programmer) readSets(ctx context.Context) (map[string]*savedSet, error) {
+	p.m.FelixIPSetCalls.Inc()
 	out, err := p.r.Run(ctx, "ipset", []string{"save"}, "")
 	if err != nil {
+		p.m.FelixIPSetErrors.Inc()
 		return nil, fmt.Errorf("read ip sets: %w", err)
 	}
 	sets := map[string]*savedSet{}
+	total := 0
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "create" {
+			total++
+		}
 		if len(f) < 3 || !p.ours(f[1]) {
 			continue
 		}
@@ -65,7 +71,21 @@ func (p *Programmer) readSets(ctx context.Context) (map[string]*savedSet, error)
 	for _, s := range sets {
 		slices.Sort(s.members)
 	}
+	p.m.FelixIPSetsTotal.Set(float64(total))
 	return sets, nil
+}
+
+// restoreSets runs one `ipset restore` of payload, counted as Felix
+// counts its ipset calls and lines.
+func (p *Programmer) restoreSets(ctx context.Context, payload string) error {
+	p.ipsetRuns.Inc()
+	p.m.FelixIPSetCalls.Inc()
+	p.m.FelixIPSetLinesExecuted.Add(float64(strings.Count(payload, "\n")))
+	if _, err := p.r.Run(ctx, "ipset", []string{"restore"}, payload); err != nil {
+		p.m.FelixIPSetErrors.Inc()
+		return err
+	}
+	return nil
 }
 
 func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
@@ -91,8 +111,7 @@ func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have ma
 	if payload.Len() == 0 {
 		return nil
 	}
-	p.ipsetRuns.Inc()
-	if _, err := p.r.Run(ctx, "ipset", []string{"restore"}, payload.String()); err != nil {
+	if err := p.restoreSets(ctx, payload.String()); err != nil {
 		return fmt.Errorf("ipset restore: %w", err)
 	}
 	st.SetsWritten = len(changed)
@@ -115,8 +134,7 @@ func (p *Programmer) destroyStaleSets(ctx context.Context, want []policy.IPSet, 
 	if n == 0 {
 		return nil
 	}
-	p.ipsetRuns.Inc()
-	if _, err := p.r.Run(ctx, "ipset", []string{"restore"}, payload.String()); err != nil {
+	if err := p.restoreSets(ctx, payload.String()); err != nil {
 		return fmt.Errorf("destroy stale ip sets: %w", err)
 	}
 	st.SetsDeleted = n

@@ -50,12 +50,25 @@ type Programmer struct {
 	restoreErrs  prometheus.Counter
 	ipsetRuns    prometheus.Counter
 	restoreTimes prometheus.Observer
+	m            *Metrics
+	ipVersion    string // Felix's ip_version label: "4", "6"
 }
 
-// Metrics are shared by the programmers of both families.
+// Metrics are shared by the programmers of both families: calico-node's
+// own (calico_*, by family) and Felix's iptables and ipset metrics
+// (felix_*, with Felix's names, types, labels and help).
 type Metrics struct {
 	Restores, RestoreErrors, IPSetRestores *prometheus.CounterVec
 	RestoreSeconds                         *prometheus.HistogramVec
+
+	FelixRestores, FelixRestoreErrors prometheus.Counter
+	FelixSaves, FelixSaveErrors       prometheus.Counter
+	FelixChains, FelixRules           *prometheus.GaugeVec   // ip_version, table
+	FelixLinesExecuted                *prometheus.CounterVec // ip_version, table
+	FelixIPSets                       *prometheus.GaugeVec   // ip_version: inet, inet6
+	FelixIPSetsTotal                  prometheus.Gauge
+	FelixIPSetCalls, FelixIPSetErrors prometheus.Counter
+	FelixIPSetLinesExecuted           prometheus.Counter
 }
 
 // NewMetrics registers the programmer metrics with reg (nil: unregistered).
@@ -75,8 +88,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"family"}),
 	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m.FelixRestores = counter("felix_iptables_restore_calls", "Number of iptables-restore calls.")
+	m.FelixRestoreErrors = counter("felix_iptables_restore_errors", "Number of iptables-restore errors.")
+	m.FelixSaves = counter("felix_iptables_save_calls", "Number of iptables-save calls.")
+	m.FelixSaveErrors = counter("felix_iptables_save_errors", "Number of iptables-save errors.")
+	m.FelixChains = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "felix_iptables_chains", Help: "Number of active iptables chains."}, []string{"ip_version", "table"})
+	m.FelixRules = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "felix_iptables_rules", Help: "Number of active iptables rules."}, []string{"ip_version", "table"})
+	m.FelixLinesExecuted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "felix_iptables_lines_executed", Help: "Number of iptables rule updates executed."}, []string{"ip_version", "table"})
+	m.FelixIPSets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "felix_ipsets_calico", Help: "Number of active Calico IP sets."}, []string{"ip_version"})
+	m.FelixIPSetsTotal = prometheus.NewGauge(prometheus.GaugeOpts{Name: "felix_ipsets_total", Help: "Total number of active IP sets."})
+	m.FelixIPSetCalls = counter("felix_ipset_calls", "Number of ipset commands executed.")
+	m.FelixIPSetErrors = counter("felix_ipset_errors", "Number of ipset command failures.")
+	m.FelixIPSetLinesExecuted = counter("felix_ipset_lines_executed", "Number of ipset operations executed.")
 	if reg != nil {
-		reg.MustRegister(m.Restores, m.RestoreErrors, m.IPSetRestores, m.RestoreSeconds)
+		reg.MustRegister(m.Restores, m.RestoreErrors, m.IPSetRestores, m.RestoreSeconds,
+			m.FelixRestores, m.FelixRestoreErrors, m.FelixSaves, m.FelixSaveErrors, m.FelixChains, m.FelixRules,
+			m.FelixLinesExecuted, m.FelixIPSets, m.FelixIPSetsTotal, m.FelixIPSetCalls, m.FelixIPSetErrors, m.FelixIPSetLinesExecuted)
 	}
 	return m
 }
@@ -91,6 +121,7 @@ func New(b Backend, r Runner, m *Metrics, logger *slog.Logger) *Programmer {
 		b: b, r: r, log: logger.With("component", "iptables", "family", b.Family),
 		restores: m.Restores.WithLabelValues(fam), restoreErrs: m.RestoreErrors.WithLabelValues(fam),
 		ipsetRuns: m.IPSetRestores.WithLabelValues(fam), restoreTimes: m.RestoreSeconds.WithLabelValues(fam),
+		m: m, ipVersion: fam,
 	}
 }
 
@@ -100,6 +131,10 @@ type kernelState struct {
 	tables map[string]savedTable
 	sets   map[string]*savedSet
 }
+
+// SetMaxIPSetSize sets the maxelem of the IP sets the next Apply creates
+// or rewrites (FelixConfiguration maxIpsetSize); 0 is Felix's default.
+func (p *Programmer) SetMaxIPSetSize(n int) { p.MaxElem = n }
 
 // Invalidate makes the next Apply read the kernel instead of trusting
 // what the programmer last wrote: call it on the periodic resync.
@@ -113,8 +148,10 @@ func (p *Programmer) read(ctx context.Context, f *policy.Family) (*kernelState, 
 	}
 	k := &kernelState{tables: map[string]savedTable{}, sets: sets}
 	for _, t := range f.Tables() {
+		p.m.FelixSaves.Inc()
 		out, err := p.r.Run(ctx, p.b.Save, []string{"-t", t.Name}, "")
 		if err != nil {
+			p.m.FelixSaveErrors.Inc()
 			return nil, fmt.Errorf("read table %s: %w", t.Name, err)
 		}
 		k.tables[t.Name] = parseSave(out)
@@ -141,19 +178,31 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 	// 2. All tables in one iptables-restore.
 	var payload strings.Builder
 	hashes := map[string]chainHashes{}
+	lines := map[string]int{}
 	for _, t := range f.Tables() {
 		hashes[t.Name] = hashChains(t)
-		payload.WriteString(diffTable(t, known.tables[t.Name], hashes[t.Name], &st))
+		section := diffTable(t, known.tables[t.Name], hashes[t.Name], &st)
+		// Felix counts the rule lines of each table's section: chain
+		// headers, rules, deletions, not the *table and COMMIT lines.
+		lines[t.Name] = max(strings.Count(section, "\n")-2, 0)
+		payload.WriteString(section)
 	}
 	if payload.Len() > 0 {
 		start := time.Now()
 		p.restores.Inc()
+		p.m.FelixRestores.Inc()
 		st.Restores = 1
 		if _, err := p.r.Run(ctx, p.b.Restore, []string{"--noflush", "--wait"}, payload.String()); err != nil {
 			p.restoreErrs.Inc()
+			p.m.FelixRestoreErrors.Inc()
 			return st, fmt.Errorf("iptables-restore: %w", err)
 		}
 		p.restoreTimes.Observe(time.Since(start).Seconds())
+		for table, n := range lines {
+			if n > 0 {
+				p.m.FelixLinesExecuted.WithLabelValues(p.ipVersion, table).Add(float64(n))
+			}
+		}
 	}
 	// 3. Sets nothing references any more.
 	if err := p.destroyStaleSets(ctx, f.IPSets, actualSets, &st); err != nil {
@@ -165,10 +214,29 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 	if st.HooksFixed == 0 {
 		p.known = known.after(f, hashes)
 	}
+	p.setGauges(f)
 	if st.Changed() {
 		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
 	}
 	return st, nil
+}
+
+// setGauges sets Felix's gauges of what is programmed: chains and rules
+// per table, and IP sets.
+func (p *Programmer) setGauges(f *policy.Family) {
+	for _, t := range f.Tables() {
+		rules := 0
+		for i := range t.Chains {
+			rules += len(t.Chains[i].Rules)
+		}
+		p.m.FelixChains.WithLabelValues(p.ipVersion, t.Name).Set(float64(len(t.Chains)))
+		p.m.FelixRules.WithLabelValues(p.ipVersion, t.Name).Set(float64(rules + len(t.Hooks)))
+	}
+	fam := "inet"
+	if p.b.Family == 6 {
+		fam = "inet6"
+	}
+	p.m.FelixIPSets.WithLabelValues(fam).Set(float64(len(f.IPSets)))
 }
 
 // covers reports whether k has every table f needs.

@@ -155,13 +155,15 @@ func install(t *testing.T, fl flavour) {
 	if err != nil {
 		t.Fatalf("conflist: %v", err)
 	}
-	if len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "calico" || list.Plugins[0].Network.IPAM.Type != "calico-ipam" {
+	// calico, then portmap (hostPort) and bandwidth, as Calico's manifests chain them.
+	if len(list.Plugins) != 3 || list.Plugins[0].Network.Type != "calico" || list.Plugins[0].Network.IPAM.Type != "calico-ipam" ||
+		list.Plugins[1].Network.Type != "portmap" || list.Plugins[2].Network.Type != "bandwidth" {
 		t.Errorf("conflist plugins: %s", list.Bytes)
 	}
 	if kc, err := os.ReadFile("/etc/cni/net.d/calico-kubeconfig"); err != nil || !strings.Contains(string(kc), "server: https://"+kube.Host+":"+kube.Port) {
 		t.Errorf("calico-kubeconfig: %v\n%s", err, kc)
 	}
-	for _, p := range []string{"calico", "calico-ipam"} {
+	for _, p := range []string{"calico", "calico-ipam", "portmap", "bandwidth"} {
 		if st, err := os.Stat(filepath.Join("/opt/cni/bin", p)); err != nil || st.Mode()&0o111 == 0 {
 			t.Errorf("CNI plugin %s: %v", p, err)
 		}

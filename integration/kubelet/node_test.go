@@ -1,22 +1,30 @@
 package kubelet
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
@@ -28,25 +36,38 @@ const (
 	podWait = 60 * time.Second
 )
 
-// The DaemonSet's CNI template (deploy/calico-node.yaml) plus
-// nodename_file, ipam_lock_file and endpoint_status_dir: the agent's data
-// dir is a temporary one here, not the /var/lib/calico the plugin reads
-// by default, and the IPAM lock and the agent's endpoint status files are
-// the test's, not the machine's /var/run/calico.
+// The DaemonSet's CNI template (deploy/calico-node.yaml: calico, then
+// portmap and bandwidth) plus nodename_file, ipam_lock_file and
+// endpoint_status_dir: the agent's data dir is a temporary one here, not
+// the /var/lib/calico the plugin reads by default, and the IPAM lock and
+// the agent's endpoint status files are the test's, not the machine's
+// /var/run/calico.
 const cniTemplate = `{
-    "name": "k8s-pod-network",
-    "cniVersion": "0.3.1",
-    "type": "calico",
-    "etcd_endpoints": "__ETCD_ENDPOINTS__",
-    "log_level": "info",
-    "nodename_file": "%s",
-    "ipam_lock_file": "%s",
-    "endpoint_status_dir": "%s",
-    "mtu": __CNI_MTU__,
-    "ipam": {"type": "calico-ipam"},
-    "policy": {"type": "k8s"},
-    "kubernetes": {"kubeconfig": "__KUBECONFIG_FILEPATH__"}
+  "name": "k8s-pod-network",
+  "cniVersion": "0.3.1",
+  "plugins": [
+    {
+      "type": "calico",
+      "etcd_endpoints": "__ETCD_ENDPOINTS__",
+      "log_level": "info",
+      "nodename_file": "%s",
+      "ipam_lock_file": "%s",
+      "endpoint_status_dir": "%s",
+      "mtu": __CNI_MTU__,
+      "ipam": {"type": "calico-ipam"},
+      "policy": {"type": "k8s"},
+      "kubernetes": {"kubeconfig": "__KUBECONFIG_FILEPATH__"}
+    },
+    {"type": "portmap", "snat": true, "capabilities": {"portMappings": true}},
+    {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+  ]
 }`
+
+// Ports and rates of the hostPort and bandwidth pods.
+const (
+	hostPort   = "18080"
+	egressRate = 10_000_000 // kubernetes.io/egress-bandwidth: 10M (bit/s)
+)
 
 // TestKubeletNode runs pods on a real kubelet with calico-node as CNI,
 // IPAM, policy controllers and dataplane.
@@ -180,8 +201,18 @@ func TestKubeletNode(t *testing.T) {
 	// enforced by the dataplane.
 	kube.CheckIngressPolicy(t, ips["client"], ips["server"])
 
+	// hostPort (portmap) and the egress-bandwidth annotation (bandwidth),
+	// chained after calico as in Calico's manifests.
+	for _, p := range []string{"portmap", "bandwidth"} {
+		if st, err := os.Stat(filepath.Join(node.CNIBinDir, p)); err != nil || st.Mode()&0o111 == 0 {
+			t.Errorf("install-cni did not install %s: %v", p, err)
+		}
+	}
+	checkHostPort(t, kube)
+	checkEgressBandwidth(t, kube, node)
+
 	// Deleting the pods releases every address (CNI DEL via kubelet).
-	kube.DeletePods(t, "client", "server")
+	kube.DeletePods(t, "client", "server", "web", "shaped")
 	for name, ip := range ips {
 		polltest.Until(t, 30*time.Second, "address of "+name+" released", func() bool {
 			return strings.Contains(calicoctl("ipam", "show", "--ip="+ip), "is not assigned")
@@ -198,8 +229,8 @@ func TestKubeletNode(t *testing.T) {
 	}
 	// The plugin executions of containerd were handed to the running
 	// agent over its CNI socket (package cnientry).
-	if n := servedCNI(t, agent.health); n < 4 {
-		t.Errorf("the agent served %d CNI commands, want at least the 2 ADDs and 2 DELs", n)
+	if n := servedCNI(t, agent.health); n < 8 {
+		t.Errorf("the agent served %d CNI commands, want at least the 4 ADDs and 4 DELs", n)
 	}
 
 	// Pods have their network at their first instruction (ready_test.go).
@@ -337,4 +368,149 @@ func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 func servedCNI(t *testing.T, health string) int {
 	t.Helper()
 	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{result="served"}`))
+}
+
+// applyPod applies a pod manifest and waits for it to run.
+func applyPod(t *testing.T, kube *kubetest.Cluster, name, manifest string) {
+	t.Helper()
+	if _, err := kube.RunKubectl(strings.NewReader(manifest), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, podWait, "pod "+name+" Running", func() bool {
+		p, err := kube.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	})
+}
+
+// checkHostPort: a pod's hostPort answers on the node's address, from the
+// node itself and from another pod (portmap's DNAT, chained after
+// calico with the portMappings capability kubelet fills in).
+func checkHostPort(t *testing.T, kube *kubetest.Cluster) {
+	t.Helper()
+	applyPod(t, kube, "web", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", "mkdir -p /www && echo hello-hostport > /www/index.html && exec httpd -f -p %s -h /www"]
+    ports: [{containerPort: %s, hostPort: %s}]
+`, kubetest.NodeName, kubetest.TestImage, kubetest.ServerPort, kubetest.ServerPort, hostPort))
+	nodeIP, _, _ := strings.Cut(netnstest.NodeUplinkAddr, "/")
+	fromNode := func() string {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(nodeIP, hostPort), 2*time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		fmt.Fprint(c, "GET / HTTP/1.0\r\n\r\n")
+		b := make([]byte, 4096)
+		n, _ := io.ReadFull(c, b)
+		return string(b[:n])
+	}
+	polltest.Until(t, 30*time.Second, "hostPort "+hostPort+" answers on the node", func() bool {
+		return strings.Contains(fromNode(), "hello-hostport")
+	})
+	out, _ := kube.RunKubectl(nil, "exec", "client", "--", "sh", "-c",
+		`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 `+nodeIP+" "+hostPort)
+	if !strings.Contains(out, "hello-hostport") {
+		t.Errorf("hostPort %s from another pod: %q", hostPort, out)
+	}
+}
+
+// checkEgressBandwidth: a pod annotated kubernetes.io/egress-bandwidth
+// gets bandwidth's token bucket at that rate on its ifb device, and what
+// it sends (iperf3 in its namespace, to the node) is held to about the
+// rate.
+func checkEgressBandwidth(t *testing.T, kube *kubetest.Cluster, node *kubetest.Node) {
+	t.Helper()
+	applyPod(t, kube, "shaped", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: shaped, namespace: default, annotations: {kubernetes.io/egress-bandwidth: "%dM"}}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: %s, imagePullPolicy: Never, command: ["sleep", "3600"]}
+`, egressRate/1_000_000, kubetest.NodeName, kubetest.TestImage))
+	qdiscs, err := exec.Command("tc", "qdisc", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc qdisc show: %v\n%s", err, qdiscs)
+	}
+	var tbf string
+	for _, l := range strings.Split(string(qdiscs), "\n") {
+		if strings.Contains(l, "tbf") && strings.Contains(l, " dev bwp") {
+			tbf = l
+		}
+	}
+	if want := fmt.Sprintf("rate %dMbit", egressRate/1_000_000); !strings.Contains(tbf, want) {
+		t.Fatalf("no tbf qdisc with %s on a bandwidth ifb device:\n%s", want, qdiscs)
+	}
+
+	// iperf3 from the pod's namespace (the host's binary: only the
+	// network namespace is the pod's) to a server in the node's.
+	podNS := podNetNS(t, node, kube.PodIP(t, "shaped"))
+	nodeIP, _, _ := strings.Cut(netnstest.NodeUplinkAddr, "/")
+	l, err := net.Listen("tcp", nodeIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	// A server left running for the whole test (proctest stops it): the
+	// readiness probe's bare connection does not end it.
+	server := proctest.Start(t, "iperf3 server", exec.Command("iperf3", "-s", "-B", nodeIP, "-p", port))
+	server.WaitFor(t, 10*time.Second, "iperf3 listening", func() bool {
+		c, err := net.Dial("tcp", nodeIP+":"+port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	time.Sleep(200 * time.Millisecond)
+	out, err := exec.Command("nsenter", "--net="+podNS, "--", "iperf3", "-c", nodeIP, "-p", port, "-t", "4", "-O", "1", "-J").Output()
+	if err != nil {
+		t.Fatalf("iperf3 from the pod: %v\n%s", err, out)
+	}
+	var res struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("iperf3 output: %v\n%s", err, out)
+	}
+	got := res.End.SumReceived.BitsPerSecond
+	t.Logf("egress of a pod annotated %d bit/s: %.0f bit/s measured", egressRate, got)
+	if got < 0.5*egressRate || got > 1.5*egressRate {
+		t.Errorf("pod egress %.0f bit/s, want about %d (the annotation)", got, egressRate)
+	}
+}
+
+// podNetNS finds the network namespace containerd mounted for the pod
+// with address ip (under the node's containerd state directory).
+func podNetNS(t *testing.T, node *kubetest.Node, ip string) string {
+	t.Helper()
+	var found string
+	filepath.WalkDir(filepath.Join(node.Dir, "containerd"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || found != "" || d.IsDir() || filepath.Base(filepath.Dir(path)) != "netns" {
+			return nil
+		}
+		out, _ := exec.Command("nsenter", "--net="+path, "--", "ip", "-o", "-4", "addr", "show").Output()
+		if strings.Contains(string(out), " "+ip+"/") {
+			found = path
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatalf("no network namespace of the node's containerd has %s", ip)
+	}
+	return found
 }

@@ -31,6 +31,15 @@ const (
 
 // Without root the namespace tests skip themselves.
 func TestMain(m *testing.M) {
+	if sock := os.Getenv(agentSocketEnv); sock != "" {
+		// A child playing an agent in its own mount namespace
+		// (startMountNSAgent).
+		if err := runMountNSAgent(sock); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	netnstest.Main(m, nodeNetNSEnv, func() (func(), error) {
 		if err := setupNode(); err != nil {
 			return nil, err

@@ -38,8 +38,11 @@ import (
 // it cannot do exactly as the plugin process would: IPAM delegated to
 // another plugin (host-local runs as a child of the plugin process, with
 // its environment), files named by the config that the agent cannot read
-// (a container's view of the host differs), unknown commands or protocol
-// versions.
+// (a container's view of the host differs), a netns path that names
+// another namespace in the agent's mount namespace than the descriptor the
+// plugin sent (the agent could not check, as the plugin does, that the
+// namespace is still the runtime's when ADD ends), unknown commands or
+// protocol versions.
 //
 // Thread safety: one goroutine per connection; the store cache is
 // guarded; commands on one node serialise on the IPAM lock file exactly
@@ -261,6 +264,14 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 	if why := s.unservable(req, env, nsFile != nil); why != "" {
 		return cnientry.Response{Declined: why}
 	}
+	if nsFile != nil && env["CNI_NETNS"] != "" && !sameNamespace(nsFile, env["CNI_NETNS"]) {
+		// The plugin checks at the end of ADD that the runtime's path
+		// still names the namespace it worked in. An agent in another
+		// mount namespace (a DaemonSet whose /var/run/netns lacks
+		// HostToContainer propagation) sees a stale or empty file there
+		// and cannot make that check as the plugin would.
+		return cnientry.Response{Declined: fmt.Sprintf("netns %s is another namespace, or none, as the agent sees it (the agent runs in another mount namespace than the runtime)", env["CNI_NETNS"])}
+	}
 	args := &skel.CmdArgs{
 		ContainerID: env["CNI_CONTAINERID"],
 		IfName:      env["CNI_IFNAME"],
@@ -335,6 +346,19 @@ func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS
 		}
 	}
 	return ""
+}
+
+// sameNamespace reports whether path, as this process sees it, names the
+// namespace f holds.
+func sameNamespace(f *os.File, path string) bool {
+	var held, named syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &held); err != nil {
+		return false
+	}
+	if err := syscall.Stat(path, &named); err != nil {
+		return false
+	}
+	return held.Dev == named.Dev && held.Ino == named.Ino
 }
 
 // store returns the shared store for cfg, connecting on first use.

@@ -2,23 +2,29 @@ package cni_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
 // startServer runs an agent's CNI server in this process (the test process
@@ -260,5 +266,86 @@ func TestServerBadSocket(t *testing.T) {
 	}
 	if _, err := os.Stat(long); err == nil {
 		t.Errorf("%s was created", long)
+	}
+}
+
+// agentSocketEnv makes the test binary an agent serving CNI commands on
+// the socket it names, in a mount namespace of its own (runMountNSAgent).
+const agentSocketEnv = "CALICO_CNI_TEST_AGENT_SOCKET"
+
+// runMountNSAgent is the child startMountNSAgent starts: already in a new
+// mount namespace (CLONE_NEWNS), it makes every mount private, as a
+// DaemonSet's /var/run/netns without HostToContainer propagation is, so
+// that namespaces the runtime mounts from now on are not seen here; then
+// it serves until SIGTERM, logging every decision at debug level.
+func runMountNSAgent(sock string) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return cni.NewServer(sock, nil, log).Run(ctx)
+}
+
+// startMountNSAgent runs an agent in its own mount namespace (in this
+// node's network namespace) and points the plugins at it.
+func startMountNSAgent(t *testing.T) *proctest.Proc {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cnisrv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "cni.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), agentSocketEnv+"="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	agent := proctest.Start(t, "agent", cmd)
+	agent.WaitFor(t, 10*time.Second, "the agent's CNI socket", func() bool {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	t.Setenv(cnientry.SocketEnv, sock)
+	return agent
+}
+
+// TestAgentInAnotherMountNamespace: an agent that does not see the
+// runtime's netns mounts (they were made after it started, and its
+// mounts do not propagate) cannot check at the end of ADD that the
+// namespace is still the runtime's, so it declines and the plugin does
+// the work: every ADD succeeds, where it failed with "netns ...
+// disappeared during ADD". A namespace mounted before the agent started
+// is the same in both views, and the agent serves it.
+func TestAgentInAnotherMountNamespace(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("mountns", "10.93.64.0/24", 28)
+	seen := newPod(t) // mounted before the agent starts: the agent sees it
+	agent := startMountNSAgent(t)
+	unseen := newPod(t)
+	conf := e.conf("1.0.0", nil)
+	for _, p := range []*pod{seen, unseen} {
+		res, err := e.add(conf, p)
+		if err != nil {
+			t.Fatalf("ADD %s: %v", p.name, err)
+		}
+		if len(res.IPs) != 1 {
+			t.Fatalf("ADD %s: IPs %v", p.name, res.IPs)
+		}
+		addr := res.IPs[0].Address.IP.String()
+		if out := ipOut(t, p, "addr", "show", "eth0"); !strings.Contains(out, addr+"/32") {
+			t.Errorf("pod %s eth0 lacks %s:\n%s", p.name, addr, out)
+		}
+	}
+	log := agent.Log.String()
+	if n := strings.Count(log, "declined a CNI command"); n != 1 || !strings.Contains(log, unseen.ns.Path()) {
+		t.Errorf("agent declined %d commands, want only the ADD of %s:\n%s", n, unseen.ns.Path(), log)
+	}
+	for _, p := range []*pod{seen, unseen} {
+		e.mustDel(conf, p)
+		e.assertNothingLeft("k8s-pod-network", p, "")
 	}
 }

@@ -129,7 +129,7 @@ func specJSON(t *testing.T, o api.Object) string {
 func TestRoundTripEveryKind(t *testing.T) {
 	c := newCLI(t)
 	r := c.run("", "apply", "-f", "testdata/allkinds.yaml")
-	if !strings.Contains(r.stdout, "Successfully applied 15 resource(s)") || r.err == nil ||
+	if !strings.Contains(r.stdout, "Successfully applied 16 resource(s)") || r.err == nil ||
 		!strings.Contains(r.stderr, "apply ClusterInformation(default): operation not supported: resource is readonly") {
 		t.Errorf("apply: %+v", r)
 	}

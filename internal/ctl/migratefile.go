@@ -25,11 +25,11 @@ const migrationSeparator = "===\n"
 // migrationKinds are the kinds an export holds, in calicoctl's order:
 // tiers before the policies in them, Nodes before the node-specific
 // FelixConfigurations and BGPConfigurations that are renamed after them.
-// Calico's staged policies and BGPFilters are not kinds of this project.
+// Calico's staged policies are not kinds of this project.
 var migrationKinds = []string{
 	"IPPool", "BGPPeer", "Tier", "GlobalNetworkPolicy", "GlobalNetworkSet", "HostEndpoint",
 	"KubeControllersConfiguration", "NetworkPolicy", "NetworkSet", "Node",
-	"BGPConfiguration", "FelixConfiguration", "IPReservation",
+	"BGPConfiguration", "FelixConfiguration", "IPReservation", "BGPFilter",
 }
 
 // computedKinds are exported only from the Kubernetes datastore, where
@@ -281,7 +281,7 @@ func parseMigrationFile(name string, data []byte) (*parsedMigration, error) {
 // this project does not have. Empty, as they are in most clusters, they
 // are dropped; with items, the import is refused rather than losing them.
 var unsupportedLists = []string{
-	"StagedGlobalNetworkPolicyList", "StagedNetworkPolicyList", "StagedKubernetesNetworkPolicyList", "BGPFilterList",
+	"StagedGlobalNetworkPolicyList", "StagedNetworkPolicyList", "StagedKubernetesNetworkPolicyList",
 }
 
 // dropUnsupportedLists removes the empty sections of unsupportedLists

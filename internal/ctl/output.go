@@ -182,6 +182,7 @@ func (p *printer) funcs() template.FuncMap {
 	return template.FuncMap{
 		"join":            join,
 		"joinAndTruncate": joinAndTruncate,
+		"add":             func(a, b int) int { return a + b },
 		"config": func(name string) string {
 			if strings.ToLower(name) != "asnumber" || p.asNumber == nil {
 				return "unknown"
@@ -362,6 +363,17 @@ var tables = map[string]tableSpec{
 		ps:   []string{"NAME"},
 		wide: []string{"NAME", "LABELS"},
 		cols: map[string]string{"NAME": nameCol, "LABELS": "{{join .Spec.LabelsToApply \",\"}}"},
+	},
+	// calicoctl v3.31's NUMEXPORT/NUMIMPORT columns name fields BGPFilter
+	// does not have (its template fails); the counts are of all families.
+	"BGPFilter": {
+		ps:   []string{"NAME", "NUMEXPORT", "NUMIMPORT"},
+		wide: []string{"NAME", "NUMEXPORT", "NUMIMPORT"},
+		cols: map[string]string{
+			"NAME":      nameCol,
+			"NUMEXPORT": "{{ add (len .Spec.ExportV4) (len .Spec.ExportV6) }}",
+			"NUMIMPORT": "{{ add (len .Spec.ImportV4) (len .Spec.ImportV6) }}",
+		},
 	},
 	"Tier": {
 		ps:   []string{"NAME", "ORDER"},

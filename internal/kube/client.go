@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,10 +21,10 @@ import (
 )
 
 // Client reaches the Kubernetes API groups calico-node uses: core/v1,
-// networking.k8s.io/v1 and coordination.k8s.io/v1.
+// networking.k8s.io/v1, coordination.k8s.io/v1 and discovery.k8s.io/v1.
 type Client struct {
-	core, networking, coordination *rest.RESTClient
-	params                         runtime.ParameterCodec
+	core, networking, coordination, discovery *rest.RESTClient
+	params                                    runtime.ParameterCodec
 }
 
 // New builds a Client on cfg, as client-go's clientset would (same user
@@ -33,7 +34,7 @@ func New(cfg *rest.Config) (*Client, error) {
 	// A private scheme, built here rather than at package init: a process
 	// that never talks to Kubernetes (the CNI plugin) pays nothing for it.
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme, discoveryv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, fmt.Errorf("register kubernetes API types: %w", err)
 		}
@@ -74,6 +75,9 @@ func New(cfg *rest.Config) (*Client, error) {
 		return nil, err
 	}
 	if c.coordination, err = group("/apis", coordinationv1.SchemeGroupVersion); err != nil {
+		return nil, err
+	}
+	if c.discovery, err = group("/apis", discoveryv1.SchemeGroupVersion); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -132,6 +136,19 @@ func (c *Client) NetworkPolicies(namespace string) Resource[*networkingv1.Networ
 	return newResource(c.networking, c.params, "networkpolicies", namespace,
 		func() *networkingv1.NetworkPolicy { return &networkingv1.NetworkPolicy{} },
 		func() *networkingv1.NetworkPolicyList { return &networkingv1.NetworkPolicyList{} })
+}
+
+// Services in namespace ("" = all).
+func (c *Client) Services(namespace string) Resource[*corev1.Service, *corev1.ServiceList] {
+	return newResource(c.core, c.params, "services", namespace,
+		func() *corev1.Service { return &corev1.Service{} }, func() *corev1.ServiceList { return &corev1.ServiceList{} })
+}
+
+// EndpointSlices (discovery.k8s.io/v1) in namespace ("" = all).
+func (c *Client) EndpointSlices(namespace string) Resource[*discoveryv1.EndpointSlice, *discoveryv1.EndpointSliceList] {
+	return newResource(c.discovery, c.params, "endpointslices", namespace,
+		func() *discoveryv1.EndpointSlice { return &discoveryv1.EndpointSlice{} },
+		func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} })
 }
 
 // Leases (coordination.k8s.io/v1) in namespace.

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/vishvananda/netlink"
+	"k8s.io/klog/v2"
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/epstatus"
@@ -22,6 +24,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/node/health"
 )
@@ -39,7 +42,10 @@ type actors struct {
 	confwatchHealth *health.Reporter
 	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
 	felixConfig     *agent.FelixConfig
+	felixMetrics    *agent.MetricsServer // FelixConfiguration prometheusMetrics*: Felix's port (9091)
+	ctrlMetrics     *ctrlMetrics         // KubeControllersConfiguration prometheusMetricsPort (9094)
 	bgp             *bgp.Actor
+	bgpServices     *bgp.ServiceWatcher // nil without a Kubernetes API
 	dataplane       *dataplane
 	epstatus        *epstatus.Tracker // what the dataplane programmed; nil without it
 	statusAPI       *epstatus.Server
@@ -62,8 +68,13 @@ type builder struct {
 	cfg   runConfig
 	log   *slog.Logger
 	level *slog.LevelVar // the process's log level
-	reg   *prometheus.Registry
-	agg   *health.Aggregator
+	// reg holds the agent's metrics (calico_* and felix_*), ctrlReg the
+	// kube-controllers' (ipam_*, calico_kube_controllers_*), runtime the
+	// go_* and process_* ones: /metrics on the health address serves all
+	// three, Felix's port reg and runtime, kube-controllers' port ctrlReg
+	// and runtime, as the processes calico-node replaces did.
+	reg, ctrlReg, runtime *prometheus.Registry
+	agg                   *health.Aggregator
 }
 
 // build makes every actor cfg asks for and starts none: a configuration
@@ -71,8 +82,9 @@ type builder struct {
 // cannot be configured) stops the process here, before anything has
 // listened, written a file or touched the kernel.
 func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.LevelVar) (_ *actors, err error) {
-	b := &builder{cfg: cfg, log: logger, level: level, reg: prometheus.NewRegistry(), agg: health.NewAggregator()}
-	b.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b := &builder{cfg: cfg, log: logger, level: level, agg: health.NewAggregator(),
+		reg: prometheus.NewRegistry(), ctrlReg: prometheus.NewRegistry(), runtime: prometheus.NewRegistry()}
+	b.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a := &actors{log: logger, store: newStoreFuture()}
 	defer func() {
 		if err != nil {
@@ -99,12 +111,16 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 		if a.dataplane, err = b.dataplane(ctx, a); err != nil {
 			return nil, err
 		}
-		if cfg.cniSocket != "" {
-			// The plugin processes on this node hand their commands to
-			// it (package cnientry) and fall back to running them
-			// themselves while it is not there. ADD returns once the
-			// pod's policy and routes are programmed.
-			a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
+	}
+	if cfg.cniSocket != "" {
+		// The plugin processes on this node hand their commands to it
+		// (package cnientry) and fall back to running them themselves
+		// while it is not there. It needs no dataplane: it does what
+		// the plugin would, so --dataplane=none serves it too. With the
+		// dataplane, ADD returns once the pod's policy and routes are
+		// programmed.
+		a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
+		if a.epstatus != nil {
 			a.cniServer.Dataplane = a.epstatus
 			a.cniServer.PolicySetupTimeout = cfg.policySetupTimeout
 		}
@@ -133,7 +149,7 @@ func (b *builder) controlPlane(a *actors) error {
 		return err
 	}
 	b.cfg.datastore = ds // install-cni writes the embedded etcd's endpoints into the CNI config
-	a.health = health.NewServer(b.cfg.healthAddr, b.agg, b.reg, b.log)
+	a.health = health.NewServer(b.cfg.healthAddr, b.agg, prometheus.Gatherers{b.reg, b.ctrlReg, b.runtime}, b.log)
 	a.startup = &startupActor{
 		datastore: ds, node: b.cfg.node, future: a.store,
 		health: b.agg.Register("startup", false, true, 0), log: b.log,
@@ -153,7 +169,17 @@ func (b *builder) routing(a *actors) error {
 	// FelixConfiguration settings applied at runtime: logSeverityScreen
 	// (the log level) and routeRefreshInterval (the route table's and the
 	// endpoints' resync); the policy actor reads its own settings.
-	opts := agent.FelixConfigOptions{Node: b.cfg.node.NodeName, Env: felix}
+	// Also: Felix's metrics port (prometheusMetrics*), the Go runtime
+	// (goGCThreshold, goMemoryLimitMB, goMaxProcs), and the report of
+	// fields set to values calico-node does not honour (readiness detail
+	// of "felixconfig", and the log).
+	a.felixMetrics = agent.NewMetricsServer("felix", prometheus.Gatherers{b.reg, b.runtime}, b.log)
+	opts := agent.FelixConfigOptions{
+		Node: b.cfg.node.NodeName, Env: felix,
+		Health:  b.agg.Register("felixconfig", false, false, 0), // news, not a readiness condition
+		Runtime: agent.NewProcessRuntime(),
+		Metrics: a.felixMetrics,
+	}
 	if !b.cfg.logLevelSet {
 		opts.Level = b.level // flag and environment outrank the datastore
 	}
@@ -175,6 +201,9 @@ func (b *builder) routing(a *actors) error {
 	// Until FelixConfiguration is read, the environment's (or Felix's
 	// default) routeRefreshInterval.
 	a.routes = routetable.New(nl, agent.RouteRefreshInterval(felix), b.log)
+	if err := a.routes.RegisterMetrics(b.reg); err != nil {
+		return err
+	}
 	if b.cfg.bgp.enabled {
 		a.routes.Expect(routes.SourceBGP)
 	}
@@ -184,6 +213,37 @@ func (b *builder) routing(a *actors) error {
 	a.felixConfig.AddRouteRefresher(a.routes)
 
 	if b.cfg.bgp.enabled {
+		// Services whose addresses this node advertises one by one
+		// (BGPConfiguration serviceClusterIPs, serviceExternalIPs,
+		// serviceLoadBalancerIPs), as Calico's confd watches them: from
+		// the Kubernetes API whatever the datastore, when there is one.
+		var services bgp.ServiceSource
+		if b.cfg.kube.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			restCfg, err := kubeRESTConfig(b.cfg.kube.kubeconfig)
+			switch {
+			case err != nil && b.cfg.kube.kubeconfig != "":
+				return fmt.Errorf("service advertisement: %w", err)
+			case err != nil:
+				// In a pod without a usable service account: as confd,
+				// whose route generator then does not start.
+				b.log.Warn("per-Service BGP advertisement needs Kubernetes API access; only the service ranges are advertised", "err", err)
+			default:
+				// client-go logs through klog; send it where everything else goes.
+				klog.SetSlogLogger(b.log.With("component", "client-go"))
+				kc, err := kube.New(restCfg)
+				if err != nil {
+					return fmt.Errorf("kubernetes client for service advertisement: %w", err)
+				}
+				node := b.cfg.node.K8sNodeRef
+				if node == "" {
+					node = b.cfg.node.NodeName
+				}
+				a.bgpServices = bgp.NewServiceWatcher(kc, node, b.log)
+				services = a.bgpServices
+			}
+		} else {
+			b.log.Info("per-Service BGP advertisement needs Kubernetes API access (KUBECONFIG or in-cluster), and there is none: only the serviceClusterIPs, serviceExternalIPs and serviceLoadBalancerIPs ranges are advertised")
+		}
 		// Sessions, export of this node's blocks, learned routes into
 		// the route table.
 		a.bgp = bgp.New(bgp.Config{
@@ -194,6 +254,7 @@ func (b *builder) routing(a *actors) error {
 			Logger:       b.log,
 			Registerer:   b.reg,
 			Advertised:   advertised(a.epstatus),
+			Services:     services,
 		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil

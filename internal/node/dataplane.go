@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 
@@ -82,9 +83,13 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// iptablesRefreshInterval (how soon a rule deleted by hand is
 	// restored) is read by the actor from the merged configuration: the
 	// default applies when neither FELIX_* nor the datastore sets it.
+	// Felix adds --random-fully to natOutgoing's rules where iptables and
+	// the kernel support it.
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	dp.policy = agent.NewPolicy(agent.PolicyConfig{
 		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: hostInterfaces,
 		Registerer: b.reg, Logger: b.log,
+		NATRandomFully: xtables.RandomFully(ctx, runner, b4, string(release)),
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 	dp.policy.Gate = dp.ready

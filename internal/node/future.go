@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
@@ -24,7 +25,7 @@ import (
 // group after Ready; confwatch is added at once and its first List waits.
 //
 // storeFuture implements confwatch.Source, overlay.Store,
-// controllers.Store and ipam.PoolSource; ipam gives the IPAM storage of
+// controllers.Store and EtcdClienter and ipam.PoolSource; ipam gives the IPAM storage of
 // the same connection.
 type storeFuture struct {
 	ready chan struct{}
@@ -100,6 +101,28 @@ func (f *storeFuture) Watch(ctx context.Context, kind string, fromRevision int64
 		return ch
 	}
 	return s.Watch(ctx, kind, fromRevision)
+}
+
+// Etcd is the etcd client of an etcd datastore (controllers.EtcdClienter,
+// for the controllers' compaction), nil on the Kubernetes datastore or
+// before the connection exists.
+func (f *storeFuture) Etcd() *clientv3.Client {
+	select {
+	case <-f.ready:
+	default:
+		return nil
+	}
+	s := f.store
+	for {
+		if ec, ok := s.(interface{ Etcd() *clientv3.Client }); ok {
+			return ec.Etcd()
+		}
+		w, ok := s.(interface{ Unwrap() datastore.Store }) // guard.Store
+		if !ok {
+			return nil
+		}
+		s = w.Unwrap()
+	}
 }
 
 // ipam is the IPAM storage of the connection (datastore.KV): the IPAM

@@ -327,6 +327,9 @@ func (a *actors) run(ctx context.Context) error {
 		g.add("route table", after(synced, a.routes.Run))
 	}
 	// BGP: the speaker that replaces BIRD and confd.
+	if a.bgpServices != nil {
+		g.add("bgp services", a.bgpServices.Run)
+	}
 	if a.bgp != nil {
 		g.add("bgp", after(a.store.Ready(), a.bgp.Run))
 	}
@@ -355,6 +358,8 @@ func (a *actors) run(ctx context.Context) error {
 	}
 	// FelixConfiguration settings applied at runtime.
 	g.add("felixconfig", a.felixConfig.Run)
+	// Felix's metrics port, while FelixConfiguration enables it.
+	g.add("felix metrics", a.felixMetrics.Run)
 	// install-cni keeps the plugin and its config up to date.
 	if a.installCNI != nil {
 		g.add("install-cni", a.installCNI.Run)
@@ -362,6 +367,10 @@ func (a *actors) run(ctx context.Context) error {
 	// kube-controllers: leader-elected, on the datastore once connected.
 	if a.controllers != nil {
 		g.add("kube-controllers", after(a.store.Ready(), a.controllers.Run))
+	}
+	// kube-controllers' metrics port (KubeControllersConfiguration).
+	if a.ctrlMetrics != nil {
+		g.add("kube-controllers metrics", a.ctrlMetrics.Run)
 	}
 	return g.run()
 }

@@ -157,3 +157,22 @@ func TestConfigErrorStartsNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestDataplaneNoneServesCNI: --dataplane=none leaves the kernel alone
+// but still serves the CNI socket, which needs no dataplane (it runs what
+// the plugin would run): the plugins on such a node are handed to the
+// agent as on any other.
+func TestDataplaneNoneServesCNI(t *testing.T) {
+	n := newFullNode(t)
+	p := n.start(t, nil, []string{"CALICO_DATAPLANE=none"})
+	p.WaitFor(t, 60*time.Second, "the CNI socket", func() bool {
+		_, err := os.Stat(n.cniSocket)
+		return err == nil && strings.Contains(p.Log.String(), "serving CNI commands")
+	})
+	if strings.Contains(n.ns.MustRun(t, "iptables-save"), ":cali-") {
+		t.Errorf("--dataplane=none programmed iptables")
+	}
+	if err := p.Stop(15 * time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Log)
+	}
+}

@@ -2,14 +2,19 @@ package node
 
 import (
 	"context"
-
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
 // TestLogLevelPrecedence: a level given by flag or environment is
@@ -106,4 +111,52 @@ func TestFelixConfigLogLevelAtRuntime(t *testing.T) {
 		}
 	}
 
+}
+
+// TestFelixMetricsPortAndUnhonouredReport: FelixConfiguration's
+// prometheusMetrics* fields open Felix's metrics port at runtime (here on
+// a free loopback port, without the go_* metrics), and a field set to a
+// value calico-node does not honour is named in /readiness and the log.
+func TestFelixMetricsPortAndUnhonouredReport(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	a := startAgent(t, []string{"--data-dir", t.TempDir()}, "ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","), "NODENAME=metrics", "IP=198.51.100.23")
+	a.waitReady(t)
+	port := proctest.FreePort(t)
+	tru, fals := true, false
+	fc := &api.FelixConfiguration{Spec: api.FelixConfigurationSpec{
+		PrometheusMetricsEnabled: &tru, PrometheusMetricsHost: "127.0.0.1", PrometheusMetricsPort: &port,
+		PrometheusGoMetricsEnabled: &fals, BPFEnabled: &tru,
+	}}
+	fc.Kind, fc.APIVersion, fc.Name = "FelixConfiguration", api.GroupVersion, "default"
+	if _, err := connectStore(t, etcd.Endpoints).Apply(context.Background(), fc); err != nil {
+		t.Fatal(err)
+	}
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var body string
+	polltest.Until(t, 10*time.Second, "Felix's metrics port", func() bool {
+		var code int
+		code, body = get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		return code == http.StatusOK
+	})
+	if !strings.Contains(body, "process_cpu_seconds_total") || strings.Contains(body, "go_goroutines") || !strings.Contains(body, "calico_") {
+		t.Errorf("metrics on Felix's port, want process_* and calico_* but no go_*:\n%.2000s", body)
+	}
+	code, ready := get("http://" + a.health + "/readiness")
+	if code != http.StatusOK || !regexp.MustCompile(`(?m)^felixconfig .*not honoured: bpfEnabled=true$`).MatchString(ready) {
+		t.Errorf("/readiness (%d) lacks the felixconfig report:\n%s", code, ready)
+	}
+	if !strings.Contains(a.logs.String(), "field=bpfEnabled") {
+		t.Errorf("bpfEnabled not reported in the log:\n%s", a.logs)
+	}
+	if err := a.stop(t); err != nil {
+		t.Errorf("stop: %v", err)
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/felixenv"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/controllers"
@@ -173,11 +175,18 @@ func (b *builder) kube(a *actors) error {
 			LeaseNamespace: k.leaseNS,
 			Identity:       b.cfg.node.NodeName,
 			Logger:         b.log,
-			Registerer:     b.reg,
+			Registerer:     b.ctrlReg,
 			Datastore:      b.cfg.datastore.EffectiveType(),
+			LogLevelFixed:  b.cfg.logLevelSet,
 		}, kc, a.store, ipam.New(a.store.ipam(), a.store, b.log.With("component", "ipam")))
 		if err != nil {
 			return err
+		}
+		// Their metrics on kube-controllers' own port, as
+		// KubeControllersConfiguration says.
+		a.ctrlMetrics = &ctrlMetrics{
+			server: agent.NewMetricsServer("kube-controllers", prometheus.Gatherers{b.ctrlReg, b.runtime}, b.log),
+			watch:  a.confwatch,
 		}
 	}
 	return nil

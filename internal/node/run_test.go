@@ -35,7 +35,7 @@ func startAgent(t *testing.T, args []string, env ...string) *nodeProc {
 	// that are not there: no BGP speaker (it would listen on the host's
 	// port 179 and dial those addresses). BGP has its own tests in bgp/.
 	// Control-plane tests in the host namespace: no BGP, no kernel changes.
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none"}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=none", "CALICO_CNI_SOCKET=none"}, env...)
 	p := proctest.Start(t, "calico-node", cmd)
 	return &nodeProc{Proc: p, health: health, logs: p.Log}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/projectcalico/calico-node/cniinstall"
 )
 
 // DefaultName is the image reference deploy/calico-node.yaml and
@@ -29,6 +31,9 @@ type Options struct {
 	// Binary is the calico-node executable; statically linked (built with
 	// CGO_ENABLED=0, as `make build` and the Dockerfile do), since
 	// install-cni copies it onto hosts of any libc as the CNI plugin.
+	// The plugins install-cni chains after calico (cniinstall.ChainedPlugins:
+	// portmap, bandwidth) are taken from beside it, as `make build` leaves
+	// them, and go beside it in the image.
 	Binary string
 	// Name is the image reference; DefaultName when empty.
 	Name string
@@ -113,6 +118,23 @@ func Build(ctx context.Context, o Options) (string, error) {
 	// One binary, several names: argv[0] picks the entry point.
 	for _, name := range []string{"calicoctl", "calico", "calico-ipam"} {
 		l.Symlink("usr/bin/"+name, "calico-node")
+	}
+	for _, name := range cniinstall.ChainedPlugins {
+		path := filepath.Join(filepath.Dir(o.Binary), name)
+		a, err := staticELF(path)
+		if err == nil && a != arch {
+			err = fmt.Errorf("%s is %s, calico-node %s", path, a, arch)
+		}
+		if err != nil {
+			l.Close()
+			return "", fmt.Errorf("the %s CNI plugin beside %s (make build builds it): %w", name, o.Binary, err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			l.Close()
+			return "", fmt.Errorf("read %s: %w", path, err)
+		}
+		l.File("usr/bin/"+name, 0o755, data)
 	}
 	top, err := l.Close()
 	if err != nil {
@@ -216,12 +238,12 @@ func prune(cache, archives, keep string, debs []Deb) {
 func staticELF(path string) (string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("calico-node binary %s: %w", path, err)
+		return "", fmt.Errorf("binary %s: %w", path, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return "", fmt.Errorf("calico-node binary %s is dynamically linked: build it with CGO_ENABLED=0 (make build does)", path)
+			return "", fmt.Errorf("binary %s is dynamically linked: build it with CGO_ENABLED=0 (make build does)", path)
 		}
 	}
 	switch f.Machine {
@@ -236,7 +258,7 @@ func staticELF(path string) (string, error) {
 	case elf.EM_RISCV:
 		return "riscv64", nil
 	}
-	return "", fmt.Errorf("calico-node binary %s: unsupported machine %s", path, f.Machine)
+	return "", fmt.Errorf("binary %s: unsupported machine %s", path, f.Machine)
 }
 
 // goArch maps a Debian architecture to Go's (and OCI's) name.

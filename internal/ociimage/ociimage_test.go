@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -169,6 +170,15 @@ func TestBuild(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%v in the image: %v\n%s", tc.cmd, err, out)
+		}
+	}
+	// The plugins install-cni chains after calico, as CNI runs them.
+	for _, name := range cniinstall.ChainedPlugins {
+		cmd := &exec.Cmd{Path: lookIn(t, root, name), Args: []string{name}, Env: append(cfg.Config.Env, "CNI_COMMAND=VERSION"), Dir: "/",
+			Stdin: strings.NewReader(`{"cniVersion": "1.0.0"}`), SysProcAttr: &syscall.SysProcAttr{Chroot: root}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "supportedVersions") {
+			t.Errorf("%s VERSION in the image: %v\n%s", name, err, out)
 		}
 	}
 }

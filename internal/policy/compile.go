@@ -284,8 +284,8 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress")},
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress")},
+			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress", profileOwner(p))},
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p))},
 		)
 	}
 	return Table{
@@ -435,7 +435,7 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 		func(i string) string { return endpointChain(pfxToHost, i) }, end)...)
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress")})
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p))})
 	}
 	return true
 }

@@ -180,10 +180,10 @@ func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
 		p := r.pol
 		if r.inbound {
 			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress")})
+				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p))})
 		} else {
 			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress")})
+				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p))})
 		}
 	}
 	return out

@@ -301,10 +301,19 @@ type (
 	SetMark struct{ Mark, Mask uint32 }
 	// Log writes the packet to the kernel log and continues.
 	Log struct{ Prefix string }
-	// Masquerade source-NATs to the outgoing interface's address.
-	Masquerade struct{}
-	// SNAT source-NATs to the given address.
-	SNAT struct{ To string }
+	// Masquerade source-NATs to the outgoing interface's address, with
+	// source ports from ToPorts ("1024-65535") when set. RandomFully
+	// picks each port at random (--random-fully), as felix does wherever
+	// iptables and the kernel support it.
+	Masquerade struct {
+		ToPorts     string
+		RandomFully bool
+	}
+	// SNAT source-NATs to the given address (To may end in ":ports").
+	SNAT struct {
+		To          string
+		RandomFully bool
+	}
 	// NoTrack exempts the packet from connection tracking and continues;
 	// only valid in the raw table.
 	NoTrack struct{}
@@ -322,9 +331,22 @@ func (a SetMark) write(b *strings.Builder) {
 func (a Log) write(b *strings.Builder) {
 	fmt.Fprintf(b, `--jump LOG --log-prefix "%s: " --log-level 5`, a.Prefix)
 }
-func (Masquerade) write(b *strings.Builder) { b.WriteString("--jump MASQUERADE") }
-func (a SNAT) write(b *strings.Builder)     { b.WriteString("--jump SNAT --to-source " + a.To) }
-func (NoTrack) write(b *strings.Builder)    { b.WriteString("--jump NOTRACK") }
+func (a Masquerade) write(b *strings.Builder) {
+	b.WriteString("--jump MASQUERADE")
+	if a.ToPorts != "" {
+		b.WriteString(" --to-ports " + a.ToPorts)
+	}
+	if a.RandomFully {
+		b.WriteString(" --random-fully")
+	}
+}
+func (a SNAT) write(b *strings.Builder) {
+	b.WriteString("--jump SNAT --to-source " + a.To)
+	if a.RandomFully {
+		b.WriteString(" --random-fully")
+	}
+}
+func (NoTrack) write(b *strings.Builder) { b.WriteString("--jump NOTRACK") }
 
 // Rule is one iptables rule of a chain.
 type Rule struct {

@@ -359,10 +359,17 @@ func protocolMatch(p api.Protocol, negate bool) MatchProtocol {
 // worth of iptables rules, as felix's ProtoRulesToIptablesRules does:
 // trailing RETURNs are dropped (falling off the end returns anyway) and
 // the first rule carries the chain's comment.
-func (c *famCompiler) renderRules(rules []*parsedRule, comment string) []Rule {
+func (c *famCompiler) renderRules(rules []*parsedRule, comment string, owner logOwner) []Rule {
 	var out []Rule
 	for _, r := range rules {
 		out = append(out, c.renderRule(r)...)
+	}
+	if strings.Contains(c.cfg.LogPrefix, "%") {
+		for i := range out {
+			if l, ok := out[i].Action.(Log); ok {
+				out[i].Action = Log{Prefix: owner.expand(l.Prefix)}
+			}
+		}
 	}
 	for len(out) > 0 {
 		if _, ok := out[len(out)-1].Action.(Return); !ok {
@@ -375,6 +382,65 @@ func (c *famCompiler) renderRules(rules []*parsedRule, comment string) []Rule {
 	}
 	out[0].Comment = append(out[0].Comment, comment)
 	return out
+}
+
+// logOwner is the policy or profile a chain's rules come from, for the
+// %-specifiers of logPrefix.
+type logOwner struct {
+	name, namespace, tier string
+	profile               bool
+}
+
+func policyOwner(p *policyInfo) logOwner {
+	return logOwner{name: strings.TrimPrefix(p.key, p.namespace+"/"), namespace: p.namespace, tier: p.tier}
+}
+
+func profileOwner(name string) logOwner { return logOwner{name: name, profile: true} }
+
+// expand replaces felix's logPrefix specifiers: %t the tier, %k the kind
+// (gnp, np, knp, pro), %n the name and %p namespace/name (the name alone
+// for kinds without a namespace). As in felix, a policy name's "<tier>."
+// prefix is not part of %n and %p, and a Kubernetes policy keeps its
+// knp.default. prefix; a profile has no tier.
+func (o logOwner) expand(format string) string {
+	kind, name := "gnp", o.name
+	switch {
+	case o.profile:
+		kind = "pro"
+	case strings.HasPrefix(o.name, "knp.default."):
+		kind = "knp"
+	case o.namespace != "":
+		kind = "np"
+	}
+	if kind != "pro" && kind != "knp" {
+		name = strings.TrimPrefix(name, o.tier+".")
+	}
+	qualified := name
+	if o.namespace != "" {
+		qualified = o.namespace + "/" + name
+	}
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		switch format[i+1] {
+		case 't':
+			b.WriteString(o.tier)
+		case 'k':
+			b.WriteString(kind)
+		case 'n':
+			b.WriteString(name)
+		case 'p':
+			b.WriteString(qualified)
+		default:
+			b.WriteByte('%')
+			continue
+		}
+		i++
+	}
+	return b.String()
 }
 
 // blockBuilder emits the extra rules felix needs when a rule's match

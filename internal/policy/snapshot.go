@@ -96,6 +96,16 @@ type Config struct {
 	// NATOutgoingAddress, when set, SNATs natOutgoing traffic to this
 	// address instead of masquerading.
 	NATOutgoingAddress string
+	// NATPortRange (natPortRange), when Last > 0, is the source port
+	// range natOutgoing TCP and UDP get.
+	NATPortRange PortRange
+	// NATOutgoingInterface (iptablesNATOutgoingInterfaceFilter) limits
+	// natOutgoing to traffic leaving through this interface ("eth+").
+	NATOutgoingInterface string
+	// NATRandomFully adds --random-fully to natOutgoing's MASQUERADE and
+	// SNAT: felix does whenever iptables and the kernel support it; the
+	// agent sets it after asking them (it is no FelixConfiguration field).
+	NATRandomFully bool
 	// AllowSourceSpoofing (workloadSourceSpoofing: Any) lets workload
 	// endpoints' allowSpoofedSourcePrefixes exempt those sources from the
 	// reverse-path check; without it they are ignored. It is off by
@@ -193,6 +203,12 @@ func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
 		}
 		if s.NATOutgoingAddress != "" {
 			c.NATOutgoingAddress = s.NATOutgoingAddress
+		}
+		if s.NATPortRange != nil {
+			c.NATPortRange = PortRange{First: s.NATPortRange.MinPort, Last: s.NATPortRange.MaxPort}
+		}
+		if s.IptablesNATOutgoingInterfaceFilter != "" {
+			c.NATOutgoingInterface = s.IptablesNATOutgoingInterfaceFilter
 		}
 		if s.WorkloadSourceSpoofing != "" {
 			c.AllowSourceSpoofing = s.WorkloadSourceSpoofing == "Any"

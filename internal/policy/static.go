@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -177,21 +178,47 @@ func (c *famCompiler) failsafeRules(ports []api.ProtoPort, portDir Dir, inbound 
 }
 
 // natChains: masquerade traffic from natOutgoing pools to anywhere outside
-// all pools.
+// all pools, as felix's NATOutgoingChain: with natPortRange, TCP and UDP
+// get source ports from the range (and return before the catch-all rule),
+// other protocols the plain action; iptablesNATOutgoingInterfaceFilter
+// limits every rule to that outgoing interface.
 func (c *famCompiler) natChains(active bool) []Chain {
 	var rules []Rule
 	if active {
-		var action Action = Masquerade{}
-		if a, err := netip.ParseAddr(c.cfg.NATOutgoingAddress); err == nil && a.Is6() == (c.version == 6) {
-			action = SNAT{To: a.String()}
+		var snat Action = Masquerade{RandomFully: c.cfg.NATRandomFully}
+		addr, err := netip.ParseAddr(c.cfg.NATOutgoingAddress)
+		hasAddr := err == nil && addr.Is6() == (c.version == 6)
+		if hasAddr {
+			snat = SNAT{To: addr.String(), RandomFully: c.cfg.NATRandomFully}
 		}
-		rules = append(rules, Rule{
-			Match: Match{
+		rule := func(proto string, a Action) Rule {
+			m := Match{
 				MatchSet{Dir: Src, Set: setName(c.version, setIDMasqPools)},
 				MatchSet{Not: true, Dir: Dst, Set: setName(c.version, setIDAllPools)},
-			},
-			Action: action,
-		})
+			}
+			if proto != "" {
+				m = append(m, MatchProtocol{Name: proto})
+			}
+			if c.cfg.NATOutgoingInterface != "" {
+				m = append(m, MatchIface{Out: true, Name: c.cfg.NATOutgoingInterface})
+			}
+			return Rule{Match: m, Action: a}
+		}
+		if pr := c.cfg.NATPortRange; pr.Last > 0 {
+			ports := fmt.Sprintf("%d-%d", pr.First, pr.Last)
+			var ranged Action = Masquerade{ToPorts: ports, RandomFully: c.cfg.NATRandomFully}
+			if hasAddr {
+				to := addr.String() + ":" + ports
+				if addr.Is6() {
+					to = "[" + addr.String() + "]:" + ports
+				}
+				ranged = SNAT{To: to, RandomFully: c.cfg.NATRandomFully}
+			}
+			rules = append(rules,
+				rule("tcp", ranged), rule("tcp", Return{}),
+				rule("udp", ranged), rule("udp", Return{}))
+		}
+		rules = append(rules, rule("", snat))
 	}
 	return []Chain{
 		{Name: chainNATPostrouting, Rules: []Rule{{Action: Jump{chainNATOutgoing}}}},

@@ -133,7 +133,8 @@ func TestParseKey(t *testing.T) {
 		{Prefix + "networkpolicies/default/default.allow-web", "NetworkPolicy", "default", "default.allow-web", true, false},
 		{Prefix + "networkpolicies/no-namespace", "NetworkPolicy", "", "", true, true},
 		{Prefix + "ippools/a/b", "IPPool", "", "", true, true},
-		{Prefix + "bgpfilters/f1", "", "", "", false, false},
+		{Prefix + "bgpfilters/f1", "BGPFilter", "", "f1", true, false},
+		{Prefix + "caliconodestatuses/s1", "", "", "", false, false},
 	}
 	for _, tc := range tests {
 		k, ns, name, known, err := r.parseKey(tc.key)

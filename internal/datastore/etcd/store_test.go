@@ -29,7 +29,7 @@ var crudDocs = []struct {
 		Prefix + "ippools/pool1"},
 	{"Node", `{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"node1"},"spec":{"bgp":{"ipv4Address":"127.0.0.1/8"}}}`,
 		Prefix + "nodes/node1"},
-	{"BGPPeer", `{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","metadata":{"name":"peer1"},"spec":{"peerIP":"127.0.0.2","asNumber":64513}}`,
+	{"BGPPeer", `{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","metadata":{"name":"peer1"},"spec":{"peerIP":"127.0.0.2","asNumber":64513,"filters":["f1"]}}`,
 		Prefix + "bgppeers/peer1"},
 	{"GlobalNetworkPolicy", `{"kind":"GlobalNetworkPolicy","apiVersion":"projectcalico.org/v3","metadata":{"name":"allow-dns"},
 		"spec":{"order":100,"selector":"all()","types":["Egress"],"egress":[{"action":"Allow","protocol":"UDP","destination":{"ports":[53]}}]}}`,
@@ -50,6 +50,9 @@ var crudDocs = []struct {
 		"metadata":{"name":"node1-cni-probecontainer000-eth0","namespace":"default","labels":{"projectcalico.org/namespace":"default","projectcalico.org/orchestrator":"cni"}},
 		"spec":{"orchestrator":"cni","node":"node1","containerID":"probecontainer000","endpoint":"eth0","ipNetworks":["10.244.166.128/32"],"profiles":["k8s-pod-network"],"interfaceName":"caliprobecontai","mac":"f6:b0:f3:38:94:1f"}}`,
 		Prefix + "workloadendpoints/default/node1-cni-probecontainer000-eth0"},
+	{"BGPFilter", `{"kind":"BGPFilter","apiVersion":"projectcalico.org/v3","metadata":{"name":"f1"},
+		"spec":{"exportV4":[{"action":"Reject","matchOperator":"In","cidr":"10.244.2.0/24"}],"importV6":[{"action":"Accept","matchOperator":"NotIn","cidr":"fd00::/8","prefixLength":{"min":48,"max":64}}]}}`,
+		Prefix + "bgpfilters/f1"},
 }
 
 func TestCRUD(t *testing.T) {

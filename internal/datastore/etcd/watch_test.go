@@ -197,7 +197,7 @@ func TestWatchBadValue(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Kinds this build does not model are skipped silently.
-		if _, err := s.Etcd().Put(ctx, Prefix+"bgpfilters/f1", "{}"); err != nil {
+		if _, err := s.Etcd().Put(ctx, Prefix+"caliconodestatuses/s1", "{}"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Create(ctx, decodeDoc(t, poolDoc("good", "10.9.0.0/16"))); err != nil {

@@ -192,6 +192,7 @@ func TestKDD(t *testing.T) {
 	t.Run("policy names", func(t *testing.T) { testPolicyNames(t, c, s) })
 	t.Run("kubernetes network policy", func(t *testing.T) { testKNP(t, c, s) })
 	t.Run("crud", func(t *testing.T) { testCRUD(t, s) })
+	t.Run("bgpfilter", func(t *testing.T) { testBGPFilter(t, c, s) })
 	t.Run("watch", func(t *testing.T) { testCRDWatch(t, c, s) })
 	t.Run("forbidden", func(t *testing.T) { testForbidden(t, c) })
 }
@@ -654,5 +655,45 @@ func testForbidden(t *testing.T, c *kubetest.Cluster) {
 				t.Errorf("%s error %q does not name %q", tc.verb, tc.err, w)
 			}
 		}
+	}
+}
+
+// testBGPFilter: a BGPFilter is stored as Calico's bgpfilters custom
+// resource, its rules as written, and reads back the same.
+func testBGPFilter(t *testing.T, c *kubetest.Cluster, s *Store) {
+	ctx := testCtx(t)
+	docs := decodeDocs(t, []byte(`apiVersion: projectcalico.org/v3
+kind: BGPFilter
+metadata: {name: tor}
+spec:
+  exportV4:
+  - {action: Reject, matchOperator: In, cidr: 10.244.2.0/24, prefixLength: {min: 26}}
+  importV6:
+  - {action: Accept, matchOperator: NotEqual, cidr: "fd00::/8", source: RemotePeers}
+`))
+	if _, err := s.Create(ctx, docs[0]); err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	for _, it := range stored(t, c, "bgpfilters") {
+		if metaField(it, "name") == "tor" {
+			spec, _ = it["spec"].(map[string]any)
+		}
+	}
+	want := `{"exportV4":[{"action":"Reject","cidr":"10.244.2.0/24","matchOperator":"In","prefixLength":{"min":26}}],` +
+		`"importV6":[{"action":"Accept","cidr":"fd00::/8","matchOperator":"NotEqual","source":"RemotePeers"}]}`
+	if got, _ := json.Marshal(spec); string(got) != want {
+		t.Errorf("stored bgpfilters/tor spec:\n got %s\nwant %s", got, want)
+	}
+	obj, err := s.Get(ctx, "BGPFilter", "", "tor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Key order as the stored map's (sorted).
+	var readBack map[string]any
+	b, _ := json.Marshal(obj.(*api.BGPFilter).Spec)
+	json.Unmarshal(b, &readBack)
+	if got, _ := json.Marshal(readBack); string(got) != want {
+		t.Errorf("read back:\n got %s\nwant %s", got, want)
 	}
 }

@@ -47,6 +47,8 @@ var kinds = []KindInfo{
 		New: func() Object { return &BGPConfiguration{TypeMeta: typeMeta("BGPConfiguration")} }},
 	{Kind: "BGPPeer", Plural: "bgppeers", Aliases: []string{"bgppeer", "bgpp", "bgpps", "bp", "bps"},
 		New: func() Object { return &BGPPeer{TypeMeta: typeMeta("BGPPeer")} }},
+	{Kind: "BGPFilter", Plural: "bgpfilters", Aliases: []string{"bgpfilter", "bgpf", "bgpfs", "bf", "bfs"},
+		New: func() Object { return &BGPFilter{TypeMeta: typeMeta("BGPFilter")} }},
 	{Kind: "FelixConfiguration", Plural: "felixconfigurations", Aliases: []string{"felixconfiguration", "felixconfig", "felixconfigs"},
 		New: func() Object { return &FelixConfiguration{TypeMeta: typeMeta("FelixConfiguration")} }},
 	{Kind: "Tier", Plural: "tiers", Aliases: []string{"tier"},

@@ -5,7 +5,7 @@ import "testing"
 func TestKindRegistry(t *testing.T) {
 	plurals := map[string]string{
 		"IPPool": "ippools", "IPReservation": "ipreservations", "Node": "nodes",
-		"BGPConfiguration": "bgpconfigurations", "BGPPeer": "bgppeers",
+		"BGPConfiguration": "bgpconfigurations", "BGPPeer": "bgppeers", "BGPFilter": "bgpfilters",
 		"FelixConfiguration": "felixconfigurations", "NetworkPolicy": "networkpolicies",
 		"GlobalNetworkPolicy": "globalnetworkpolicies", "NetworkSet": "networksets",
 		"GlobalNetworkSet": "globalnetworksets", "HostEndpoint": "hostendpoints",

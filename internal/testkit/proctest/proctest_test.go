@@ -29,11 +29,12 @@ func TestStop(t *testing.T) {
 		script     string
 		wantKilled bool
 		wantExit   bool // exit status 0
+		exited     bool // Stop is called after the process has exited
 	}{
 		// The ready line makes sure the trap is set before the signal.
-		{"exits on SIGTERM", `trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done`, false, true},
-		{"ignores SIGTERM", `trap '' TERM; echo ready; while :; do sleep 0.05; done`, true, false},
-		{"already exited", `echo ready`, false, true},
+		{"exits on SIGTERM", `trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done`, false, true, false},
+		{"ignores SIGTERM", `trap '' TERM; echo ready; while :; do sleep 0.05; done`, true, false, false},
+		{"already exited", `echo ready`, false, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +42,15 @@ func TestStop(t *testing.T) {
 			deadline := time.Now().Add(5 * time.Second)
 			for !strings.Contains(p.Log.String(), "ready") && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
+			}
+			if tt.exited {
+				// "ready" is printed before the shell exits: under load
+				// Stop could otherwise still find it running.
+				select {
+				case <-p.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("no exit")
+				}
 			}
 			err := p.Stop(300 * time.Millisecond)
 			if got := errors.Is(err, ErrKilled); got != tt.wantKilled {

@@ -19,6 +19,11 @@ import (
 	"testing"
 )
 
+// ChainedPlugins are cniinstall.ChainedPlugins, built beside calico-node
+// as `make build` builds them. (A copy: cniinstall's tests use this
+// package; its TestChainedPluginsBuilt keeps the two equal.)
+var ChainedPlugins = []string{"portmap", "bandwidth"}
+
 // The binaries built for this test process, each at most once.
 var (
 	built       = sync.OnceValues(func() (string, error) { return buildInto("calico-node-bin-") })
@@ -70,13 +75,29 @@ func buildInto(prefix string) (string, error) {
 	return p, nil
 }
 
-// build builds calico-node as `make build` does.
+// build builds calico-node as `make build` does, with the CNI plugins
+// install-cni chains after it (portmap, bandwidth) beside it.
 func build(out string) ([]byte, error) {
 	cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", out, ".")
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	return cmd.CombinedOutput()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return b, err
+	}
+	for _, p := range ChainedPlugins {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(filepath.Dir(out), p), cniPluginsMeta+p)
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return b, err
+		}
+	}
+	return nil, nil
 }
+
+// cniPluginsMeta is where containernetworking/plugins keeps portmap and
+// bandwidth.
+const cniPluginsMeta = "github.com/containernetworking/plugins/plugins/meta/"
 
 // isStatic reports whether an ELF executable has no program interpreter.
 func isStatic(path string) (bool, error) {

@@ -34,7 +34,6 @@ var notCRDs = []string{"Node", "WorkloadEndpoint", "Profile"}
 // extraKinds are the custom resources package api does not model (see
 // types.go).
 var extraKinds = []crdKind{
-	{Kind: "BGPFilter", Plural: "bgpfilters", Spec: reflect.TypeFor[bgpFilterSpec]()},
 	{Kind: "BlockAffinity", Plural: "blockaffinities", Spec: reflect.TypeFor[blockAffinitySpec]()},
 	{Kind: "CalicoNodeStatus", Plural: "caliconodestatuses",
 		Spec: reflect.TypeFor[calicoNodeStatusSpec](), Status: reflect.TypeFor[calicoNodeStatusStatus]()},
@@ -152,10 +151,10 @@ func calicoRules() rules {
 			key(ipamBlockSpec{}, "sequenceNumber"):    {adjust: defaultValue(0)},
 			key(ipamConfigSpec{}, "maxBlocksPerHost"): {adjust: bounds(ptr(int64(0)), ptr(int64(2147483647)))},
 
-			key(bgpFilterPrefixLengthV4{}, "min"): {adjust: bounds(ptr(int64(0)), ptr(int64(32)))},
-			key(bgpFilterPrefixLengthV4{}, "max"): {adjust: bounds(ptr(int64(0)), ptr(int64(32)))},
-			key(bgpFilterPrefixLengthV6{}, "min"): {adjust: bounds(ptr(int64(0)), ptr(int64(128)))},
-			key(bgpFilterPrefixLengthV6{}, "max"): {adjust: bounds(ptr(int64(0)), ptr(int64(128)))},
+			key(api.BGPFilterPrefixLengthV4{}, "min"): {adjust: bounds(ptr(int64(0)), ptr(int64(32)))},
+			key(api.BGPFilterPrefixLengthV4{}, "max"): {adjust: bounds(ptr(int64(0)), ptr(int64(32)))},
+			key(api.BGPFilterPrefixLengthV6{}, "min"): {adjust: bounds(ptr(int64(0)), ptr(int64(128)))},
+			key(api.BGPFilterPrefixLengthV6{}, "max"): {adjust: bounds(ptr(int64(0)), ptr(int64(128)))},
 
 			// Kubernetes' own list and map semantics for server-side apply.
 			key(stagedKubernetesNetworkPolicySpec{}, "podSelector"):    {adjust: atomicMap},

@@ -10,8 +10,8 @@ import (
 // The specs of the custom resources Calico v3.31 defines that package api
 // does not model: IPAM's four kinds (IPAM works on Calico's etcd key
 // vocabulary and the KDD backend maps it onto these), and kinds calico-node
-// does not act on but a Calico cluster may hold (BGPFilter,
-// CalicoNodeStatus, the staged policies). They exist only to describe the
+// does not act on but a Calico cluster may hold (CalicoNodeStatus, the
+// staged policies). They exist only to describe the
 // stored JSON to the generator: field names and types are Calico's
 // (libcalico-go/lib/apis/v3, api/pkg/apis/projectcalico/v3); omitempty
 // marks what Calico's CRD does not require.
@@ -67,41 +67,6 @@ type ipamConfigSpec struct {
 	AutoAllocateBlocks bool `json:"autoAllocateBlocks"`
 	// MaxBlocksPerHost: 0 is no limit.
 	MaxBlocksPerHost int `json:"maxBlocksPerHost,omitempty"`
-}
-
-type bgpFilterSpec struct {
-	ExportV4 []bgpFilterRuleV4 `json:"exportV4,omitempty"`
-	ImportV4 []bgpFilterRuleV4 `json:"importV4,omitempty"`
-	ExportV6 []bgpFilterRuleV6 `json:"exportV6,omitempty"`
-	ImportV6 []bgpFilterRuleV6 `json:"importV6,omitempty"`
-}
-
-type bgpFilterRuleV4 struct {
-	CIDR          string                   `json:"cidr,omitempty"`
-	PrefixLength  *bgpFilterPrefixLengthV4 `json:"prefixLength,omitempty"`
-	Source        string                   `json:"source,omitempty"`
-	Interface     string                   `json:"interface,omitempty"`
-	MatchOperator string                   `json:"matchOperator,omitempty"`
-	Action        string                   `json:"action"`
-}
-
-type bgpFilterRuleV6 struct {
-	CIDR          string                   `json:"cidr,omitempty"`
-	PrefixLength  *bgpFilterPrefixLengthV6 `json:"prefixLength,omitempty"`
-	Source        string                   `json:"source,omitempty"`
-	Interface     string                   `json:"interface,omitempty"`
-	MatchOperator string                   `json:"matchOperator,omitempty"`
-	Action        string                   `json:"action"`
-}
-
-type bgpFilterPrefixLengthV4 struct {
-	Min *int32 `json:"min,omitempty"`
-	Max *int32 `json:"max,omitempty"`
-}
-
-type bgpFilterPrefixLengthV6 struct {
-	Min *int32 `json:"min,omitempty"`
-	Max *int32 `json:"max,omitempty"`
 }
 
 type calicoNodeStatusSpec struct {
