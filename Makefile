@@ -27,7 +27,7 @@ DEMO_ARGS ?=
 # that kube-bins caches.
 DEMO_KDD = $(findstring kubernetes,$(DEMO_ARGS))
 
-.PHONY: all build image test unit deps kube-bins run demo demo-kdd demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane clean
+.PHONY: all build image test unit deps kube-bins run demo demo-kdd demo-down demo-bin need-root fuzz bench-confwatch bench-bgp bench-cni bench-dataplane bench-kdd-scale clean
 
 all: build
 
@@ -101,6 +101,15 @@ bench-cni: deps build
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
+
+# The Kubernetes API as the datastore at scale: a real kube-apiserver holding
+# a seeded 100-node cluster (3,000 pods), and fleets of 1, 10, 50 and 100
+# simulated agents (one process each: confwatch and the IPAM watches, no
+# kernel): watches held, API server CPU and RSS, start-up, change-to-all-agents
+# latency and burst throughput. KDD_SCALE_AGENTS, KDD_SCALE_NODES,
+# KDD_SCALE_PODS_PER_NODE, KDD_SCALE_PROBES, KDD_SCALE_BURST scale it.
+bench-kdd-scale: kube-bins
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkKDDScale -benchtime 1x -timeout 150m ./confwatch/
 
 run: build
 	@if [ "$$(id -u)" != 0 ]; then echo "calico-node run needs root (it programs the kernel): sudo make run"; exit 1; fi

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -245,18 +246,61 @@ func (p *Policy) apply(ups []confwatch.Update) {
 
 // Snapshot assembles the compiler input from the cache.
 func (p *Policy) Snapshot() *policy.Snapshot {
-	s := &policy.Snapshot{Node: p.node}
-	keys := make([]confwatch.Key, 0, len(p.objs))
-	for k := range p.objs {
+	return PolicySnapshot(p.objs, p.node, p.Overrides)
+}
+
+// PolicyKinds are the resource kinds the policy compiler reads: what
+// PolicySnapshot needs in its objects.
+func PolicyKinds() []string { return slices.Clone(policyKinds) }
+
+// PolicySnapshot is the compiler input of the policy actor on node: objs
+// (a confwatch cache of PolicyKinds, or confwatch.Load of them) in key
+// order, and the FelixConfiguration in effect on node (FelixSpec, with
+// env the FELIX_* overrides; may be nil). It is pure, so that calicoctl
+// policy explain and calico-node plan compile exactly what the agent
+// would; CompleteSnapshot adds what only the node itself knows.
+func PolicySnapshot(objs map[confwatch.Key]api.Object, node string, env *api.FelixConfigurationSpec) *policy.Snapshot {
+	s := &policy.Snapshot{Node: node}
+	keys := make([]confwatch.Key, 0, len(objs))
+	for k := range objs {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		s.Add(p.objs[k])
+		s.Add(objs[k])
 	}
-	felix := FelixSpec(p.objs, p.node, p.Overrides)
+	felix := FelixSpec(objs, node, env)
 	s.Config = policy.ConfigFromFelix(&felix)
 	return s
+}
+
+// CompleteSnapshot adds to s what the node knows and the datastore does
+// not, as the actor does before compiling: the host's interface addresses
+// (when host endpoints may need them to be placed; ifaces nil: unknown),
+// no IPv6 policy when the node cannot program it, and whether its
+// iptables and kernel support --random-fully.
+func CompleteSnapshot(s *policy.Snapshot, ifaces HostInterfaces, ipv6, natRandomFully bool) error {
+	if ifaces != nil && len(s.HostEndpoints) > 0 {
+		ifs, err := ifaces()
+		if err != nil {
+			return err
+		}
+		s.HostInterfaces = ifs
+	}
+	if !ipv6 {
+		s.Config.IPv6 = false
+	}
+	s.Config.NATRandomFully = natRandomFully
+	return nil
+}
+
+// MaxIPSetSize is the maxelem of the IP sets the programmers create:
+// FelixConfiguration's maxIpsetSize, else 0 (Felix's default).
+func MaxIPSetSize(felix api.FelixConfigurationSpec) int {
+	if felix.MaxIpsetSize != nil {
+		return *felix.MaxIpsetSize
+	}
+	return 0
 }
 
 func (p *Policy) invalidate() {
@@ -268,21 +312,10 @@ func (p *Policy) invalidate() {
 
 func (p *Policy) program(ctx context.Context) error {
 	s := p.Snapshot()
-	if p.ifaces != nil && len(s.HostEndpoints) > 0 {
-		ifs, err := p.ifaces()
-		if err != nil {
-			return err
-		}
-		s.HostInterfaces = ifs
+	if err := CompleteSnapshot(s, p.ifaces, p.v6 != nil, p.natRandomFully); err != nil {
+		return err
 	}
-	if p.v6 == nil {
-		s.Config.IPv6 = false
-	}
-	s.Config.NATRandomFully = p.natRandomFully
-	maxSize := 0 // Felix's default
-	if felix := FelixSpec(p.objs, p.node, p.Overrides); felix.MaxIpsetSize != nil {
-		maxSize = *felix.MaxIpsetSize
-	}
+	maxSize := MaxIPSetSize(FelixSpec(p.objs, p.node, p.Overrides))
 	for _, a := range []Applier{p.v4, p.v6} {
 		if sz, ok := a.(IPSetSizer); ok {
 			sz.SetMaxIPSetSize(maxSize)

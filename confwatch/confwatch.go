@@ -169,13 +169,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // initialList lists every kind, retrying until it succeeds or ctx ends. It
 // returns the lowest revision seen, the point the watch replays from.
+//
+// A retry lists only the kinds not listed yet. Many agents starting at
+// once against the Kubernetes API (a rollout, the API server back after an
+// outage) make lists slow; starting over from the first kind on every
+// timeout would repeat the largest lists (every pod) until none finishes.
+// Keeping the earlier lists is sound: the watch replays from the lowest
+// revision of all, and replayed events no newer than the cached object
+// are dropped.
 func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 	backoff := 100 * time.Millisecond
+	minRev := int64(0)
+	cache := make(map[Key]entry)
+	pending := w.kinds
 	for {
-		minRev := int64(0)
 		var err error
-		cache := make(map[Key]entry)
-		for _, kind := range w.kinds {
+		for len(pending) > 0 {
+			kind := pending[0]
 			var objs []api.Object
 			var rev int64
 			objs, rev, err = w.src.List(ctx, kind, "")
@@ -189,6 +199,7 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 			for _, o := range objs {
 				cache[KeyOf(o)] = entry{obj: o, rev: revisionOf(o)}
 			}
+			pending = pending[1:]
 		}
 		if err == nil {
 			w.mu.Lock()
@@ -198,7 +209,7 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 			return minRev, nil
 		}
 		w.errs.Inc()
-		w.log.Warn("initial list failed, retrying", "err", err, "backoff", backoff)
+		w.log.Warn("initial list failed, retrying", "err", err, "kinds left", len(pending), "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
@@ -206,6 +217,23 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// Load reads the resources of kinds from src once: what a Watcher's
+// cache holds when it is in sync, for the commands that compute what the
+// actors would (calicoctl policy explain, calico-node plan).
+func Load(ctx context.Context, src Source, kinds ...string) (map[Key]api.Object, error) {
+	out := map[Key]api.Object{}
+	for _, kind := range kinds {
+		objs, _, err := src.List(ctx, kind, "")
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", kind, err)
+		}
+		for _, o := range objs {
+			out[KeyOf(o)] = o
+		}
+	}
+	return out, nil
 }
 
 func (w *Watcher) markSynced() {
@@ -268,7 +296,11 @@ func (w *Watcher) reset(objs []api.Object) {
 		k := KeyOf(o)
 		e := entry{obj: o, rev: revisionOf(o)}
 		next[k] = e
-		if cur, ok := w.cache[k]; !ok || cur.rev != e.rev {
+		// The versions compared as strings: the Kubernetes datastore's
+		// profiles have "<namespace's>/" or "/<service account's>",
+		// which parse to no number, and a Remote's cache holds its own
+		// sequence (remote.go), not the object's number.
+		if cur, ok := w.cache[k]; !ok || o.Meta().ResourceVersion == "" || cur.obj.Meta().ResourceVersion != o.Meta().ResourceVersion {
 			ups = append(ups, Update{Type: Set, Key: k, Object: o})
 		}
 	}

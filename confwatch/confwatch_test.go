@@ -22,12 +22,15 @@ type fakeSource struct {
 	objs      map[string][]api.Object // by kind
 	revs      map[string]int64
 	listFails int
+	failKind  map[string]int // kind -> lists of it that fail
+	lists     map[string]int // kind -> lists answered
 	events    chan datastore.Event
 	watchFrom int64
 }
 
 func newFake() *fakeSource {
-	return &fakeSource{objs: map[string][]api.Object{}, revs: map[string]int64{}, events: make(chan datastore.Event, 100)}
+	return &fakeSource{objs: map[string][]api.Object{}, revs: map[string]int64{}, failKind: map[string]int{},
+		lists: map[string]int{}, events: make(chan datastore.Event, 100)}
 }
 
 func (f *fakeSource) List(ctx context.Context, kind, ns string) ([]api.Object, int64, error) {
@@ -37,6 +40,11 @@ func (f *fakeSource) List(ctx context.Context, kind, ns string) ([]api.Object, i
 		f.listFails--
 		return nil, 0, errors.New("etcd unavailable")
 	}
+	if f.failKind[kind] > 0 {
+		f.failKind[kind]--
+		return nil, 0, errors.New("timeout")
+	}
+	f.lists[kind]++
 	rev := f.revs[kind]
 	if rev == 0 {
 		rev = 10
@@ -187,6 +195,26 @@ func TestListRetriedUntilItWorks(t *testing.T) {
 	}
 }
 
+// A list that fails is retried alone: the kinds listed before it are not
+// listed again, and what they returned is in the snapshot.
+func TestListRetryKeepsListedKinds(t *testing.T) {
+	f := newFake()
+	f.objs["IPPool"] = []api.Object{pool("a", 5)}
+	f.objs["WorkloadEndpoint"] = []api.Object{wep("ns1", "w1", 6)}
+	f.failKind["WorkloadEndpoint"] = 3
+	w, _ := start(t, f)
+	if got := names(next(t, w.Subscribe("IPPool", "WorkloadEndpoint"))); !equal(got, []string{"set:IPPool(a)", "set:WorkloadEndpoint(ns1/w1)"}) {
+		t.Errorf("snapshot = %v", got)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range api.Kinds() {
+		if n := f.lists[k.Kind]; n != 1 {
+			t.Errorf("%s listed %d times, want once", k.Kind, n)
+		}
+	}
+}
+
 // A Reset (relist after compaction) reaches subscribers as the difference.
 func TestResetDeliveredAsDiff(t *testing.T) {
 	f := newFake()
@@ -238,5 +266,35 @@ func TestNextHonoursContext(t *testing.T) {
 	defer cancel()
 	if _, err := s.Next(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Next on an idle subscription with a done ctx = %v", err)
+	}
+}
+
+// profile is a Profile as the Kubernetes datastore computes it from a
+// Namespace: its resourceVersion is "<namespace's>/", not a number.
+func profile(name, rv, env string) api.Object {
+	p := &api.Profile{}
+	p.Kind, p.APIVersion, p.Name = "Profile", api.GroupVersion, name
+	p.ResourceVersion = rv
+	p.Spec.LabelsToApply = map[string]string{"env": env}
+	return p
+}
+
+// Objects whose resourceVersion is not a number (KDD's profiles) still
+// reach subscribers when a Reset brings a new version of them.
+func TestResetDiffNonNumericVersions(t *testing.T) {
+	f := newFake()
+	f.objs["Profile"] = []api.Object{profile("kns.a", "10/", "dev"), profile("kns.b", "11/", "dev")}
+	w, _ := start(t, f)
+	s := w.Subscribe("Profile")
+	next(t, s)
+	f.events <- datastore.Event{Type: datastore.Reset, Revision: 50, Objects: []api.Object{
+		profile("kns.a", "10/", "dev"), profile("kns.b", "42/", "prod"),
+	}}
+	ups := next(t, s)
+	if got := names(ups); !equal(got, []string{"set:Profile(kns.b)"}) {
+		t.Fatalf("reset diff = %v, want only the changed profile", got)
+	}
+	if env := ups[0].Object.(*api.Profile).Spec.LabelsToApply["env"]; env != "prod" {
+		t.Errorf("profile kns.b env = %q after the reset, want prod", env)
 	}
 }

@@ -63,7 +63,14 @@ type Table struct {
 
 	// onApplied hears of every successful pass (set before Run).
 	onApplied func(installed []routes.Route)
-	m         *metrics // nil: none
+
+	// What the last pass left in the kernel and why it left some wanted
+	// routes out, by key, for Inspect (under mu; replaced, never mutated).
+	shown    map[string]routes.Route
+	problems map[string]string
+	passes   int
+
+	m *metrics // nil: none
 }
 
 // metrics are Felix's route table metrics, with Felix's names, types,
@@ -270,13 +277,8 @@ func (t *Table) Run(ctx context.Context) error {
 // desired merges the sources; earlier sources win conflicts.
 func (t *Table) desired() map[string]routes.Route {
 	t.mu.Lock()
-	names := make([]string, 0, len(t.sources))
-	for n := range t.sources {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	out := map[string]routes.Route{}
-	for _, n := range names {
+	for _, n := range t.sourceOrder() {
 		for _, r := range t.sources[n] {
 			k := key(r)
 			if prev, ok := out[k]; ok {
@@ -292,22 +294,76 @@ func (t *Table) desired() map[string]routes.Route {
 	return out
 }
 
+// sourceOrder is the sources' names in priority order (caller holds mu).
+func (t *Table) sourceOrder() []string {
+	names := make([]string, 0, len(t.sources))
+	for n := range t.sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func sameRoute(a, b routes.Route) bool {
 	return a.Dst == b.Dst && a.Type == b.Type && a.Dev == b.Dev && a.Via == b.Via && table(a) == table(b) && a.Scope == b.Scope && a.Metric == b.Metric
 }
 
 // Reconcile makes the kernel match the desired routes once.
 func (t *Table) Reconcile() error {
-	want := t.desired()
-	t.skipped = 0
+	d, err := t.diff()
+	if err != nil {
+		return err
+	}
 	var errs []error
+	// Delete what nobody wants.
+	for i := range d.del {
+		if err := t.k.RouteDel(&d.del[i]); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete route %s: %w", d.del[i].Dst, err))
+		}
+	}
+	// Replace what is missing or different.
+	for i, nr := range d.replace {
+		if err := t.k.RouteReplace(nr); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", nr.Dst, err))
+			d.problems[key(d.changed[i])] = "the kernel refused it: " + err.Error()
+		}
+	}
+	t.record(d.want, d.problems)
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil // next pass lists the kernel again
+		return err
+	}
+	t.last = d.want
+	t.m.count(d.want)
+	t.signalApplied()
+	return nil
+}
+
+// routeDiff is what a full reconcile changes.
+type routeDiff struct {
+	del     []netlink.Route  // ours in the kernel, wanted by nobody
+	replace []*netlink.Route // wanted, missing or different
+	changed []routes.Route   // the wanted routes of replace, in order
+	isNew   []bool           // for each of replace: not in the kernel at all
+	skipped []routes.Route   // wanted, but their device does not exist
+	want    map[string]routes.Route
+	same    int // wanted and already in the kernel as wanted
+	// problems says, by key, why a wanted route is not written (Inspect).
+	problems map[string]string
+}
+
+// diff lists our routes in the kernel and compares them with the desired
+// ones. It only reads.
+func (t *Table) diff() (routeDiff, error) {
+	d := routeDiff{want: t.desired(), problems: map[string]string{}}
+	t.skipped = 0
 	actual := map[string]netlink.Route{}
 	listStart := time.Now()
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 		if err != nil {
-			return fmt.Errorf("list routes: %w", err)
+			return d, fmt.Errorf("list routes: %w", err)
 		}
 		for _, r := range rs {
 			dst, ok := prefixOf(r.Dst, fam)
@@ -320,42 +376,104 @@ func (t *Table) Reconcile() error {
 	if t.m != nil {
 		t.m.resync.Observe(time.Since(listStart).Seconds())
 	}
-	// Delete what nobody wants.
 	for k, r := range actual {
-		if _, ok := want[k]; ok {
-			continue
-		}
-		r := r
-		if err := t.k.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		if _, ok := d.want[k]; !ok {
+			d.del = append(d.del, r)
 		}
 	}
-	// Replace what is missing or different.
-	for k, w := range want {
+	keys := make([]string, 0, len(d.want))
+	for k := range d.want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w := d.want[k]
 		nr, err := t.toNetlink(w)
 		if err != nil {
 			// The device may not exist yet (pod being created): Run
 			// retries it with backoff.
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
-			delete(want, k)
+			delete(d.want, k)
+			d.skipped = append(d.skipped, w)
 			t.skipped++
+			d.problems[k] = "not written: " + err.Error()
 			continue
 		}
-		if cur, ok := actual[k]; ok && matches(cur, nr) {
+		cur, ok := actual[k]
+		if ok && matches(cur, nr) {
+			d.same++
 			continue
 		}
-		if err := t.k.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		d.replace, d.changed, d.isNew = append(d.replace, nr), append(d.changed, w), append(d.isNew, !ok)
+	}
+	sort.Slice(d.del, func(i, j int) bool { return d.del[i].Dst.String() < d.del[j].Dst.String() })
+	return d, nil
+}
+
+// Plan is what a full reconcile would change now.
+type Plan struct {
+	// Add are wanted routes the kernel lacks; Replace wanted ones it has
+	// otherwise; Delete our (protocol 80) routes nobody wants, as the
+	// kernel has them.
+	Add, Replace, Delete []routes.Route
+	// Skipped are wanted routes whose device does not exist.
+	Skipped []routes.Route
+	// Unchanged counts the wanted routes already in place.
+	Unchanged int
+}
+
+// Plan compares the routes the sources want with the kernel's, as
+// Reconcile does, and writes nothing (`calico-node plan`).
+func (t *Table) Plan() (Plan, error) {
+	d, err := t.diff()
+	if err != nil {
+		return Plan{}, err
+	}
+	p := Plan{Skipped: d.skipped, Unchanged: d.same}
+	for i, w := range d.changed {
+		if d.isNew[i] {
+			p.Add = append(p.Add, w)
+		} else {
+			p.Replace = append(p.Replace, w)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.last = nil // next pass lists the kernel again
-		return err
+	for _, r := range d.del {
+		p.Delete = append(p.Delete, t.describe(r))
 	}
-	t.last = want
-	t.m.count(want)
-	t.signalApplied()
-	return nil
+	return p, nil
+}
+
+// describe is a kernel route as a routes.Route.
+func (t *Table) describe(r netlink.Route) routes.Route {
+	fam := netlink.FAMILY_V4
+	if r.Dst != nil && r.Dst.IP.To4() == nil {
+		fam = netlink.FAMILY_V6
+	}
+	dst, _ := prefixOf(r.Dst, fam)
+	rr := routes.Route{Dst: dst, Metric: r.Priority, OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0}
+	switch r.Type {
+	case unix.RTN_BLACKHOLE:
+		rr.Type = routes.Blackhole
+	case unix.RTN_UNREACHABLE:
+		rr.Type = routes.Unreachable
+	}
+	if r.Table != unix.RT_TABLE_MAIN {
+		rr.Table = r.Table
+	}
+	if a, ok := netip.AddrFromSlice(r.Gw); ok {
+		rr.Via = a.Unmap()
+	}
+	if a, ok := netip.AddrFromSlice(r.Src); ok {
+		rr.Src = a.Unmap()
+	}
+	if r.LinkIndex != 0 {
+		if l, err := t.k.LinkByIndex(r.LinkIndex); err == nil {
+			rr.Dev = l.Attrs().Name
+		} else {
+			rr.Dev = fmt.Sprintf("if%d", r.LinkIndex)
+		}
+	}
+	return rr
 }
 
 // applyDiff writes only what changed since the last reconcile. Routes
@@ -376,6 +494,7 @@ func (t *Table) applyDiff() error {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 		}
 	}
+	problems := map[string]string{}
 	for k, w := range want {
 		if prev, ok := t.last[k]; ok && prev == w {
 			continue
@@ -385,12 +504,15 @@ func (t *Table) applyDiff() error {
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
 			delete(want, k) // not in the kernel: retried (Run's pending backoff)
 			t.skipped++
+			problems[k] = "not written: " + err.Error()
 			continue
 		}
 		if err := t.k.RouteReplace(nr); err != nil {
 			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+			problems[k] = "the kernel refused it: " + err.Error()
 		}
 	}
+	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil
 		return err

@@ -38,14 +38,14 @@ func agentSocketsFlag() cli.Flag {
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:            "node",
-		Usage:           "node-level operations: status, timeline",
-		Flags:           []cli.Flag{statusSocketFlag(), agentSocketsFlag()},
+		Usage:           "node-level operations: status, routes, bgp why, timeline",
+		Flags:           []cli.Flag{statusSocketFlag(), nodeOutputFlag(), agentSocketsFlag()},
 		HideHelpCommand: true,
 		Subcommands: []*cli.Command{{
 			Name:   "status",
 			Usage:  "show the BGP sessions of the agent on this host",
 			Action: nodeStatus,
-		}, {
+		}, nodeRoutesCommand(), nodeBGPCommand(), {
 			Name:      "timeline",
 			Usage:     "show when each step of a pod's network setup happened: ADD, IPAM, veth, policy, routes, BGP, other nodes",
 			ArgsUsage: "[NAMESPACE/]POD",

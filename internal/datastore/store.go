@@ -69,7 +69,8 @@ type Config struct {
 	// DialTimeout bounds the connectivity probe at connect. Default 5s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds each call whose context has no deadline of its
-	// own. Default 10s.
+	// own. Default 10s. The Kubernetes datastore bounds a list's pages one
+	// by one: a list of every pod of a large cluster may take longer.
 	RequestTimeout time.Duration
 	// Logger receives warnings about values a List has to skip. Default:
 	// none.

@@ -17,6 +17,8 @@ func NewApp() *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			runCommand(),
+			planCommand(),
+			fanoutCommand(),
 			cleanupCommand(),
 			ctl.StatusCommand(),
 			{

@@ -34,10 +34,13 @@ import (
 type actors struct {
 	log *slog.Logger
 
-	health          *health.Server
-	etcd            *embedetcd.Server
-	startup         *startupActor
-	store           *storeFuture // resolved by startup
+	health  *health.Server
+	etcd    *embedetcd.Server
+	startup *startupActor
+	store   *storeFuture // resolved by startup
+	// watchKV is where the IPAM watches (BGP's, the blocks') read: the
+	// datastore's, or the fan-out's when the agent reads one.
+	watchKV         datastore.KV
 	confwatch       *confwatch.Watcher
 	confwatchHealth *health.Reporter
 	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
@@ -156,7 +159,21 @@ func (b *builder) controlPlane(a *actors) error {
 	}
 	// Built before the group runs, reading the datastore through the
 	// future, so that every other actor can subscribe before it runs.
-	a.confwatch = confwatch.New(a.store, b.log, b.reg)
+	var src confwatch.Source = a.store
+	a.watchKV = a.store.ipam()
+	if fo := b.cfg.fanout; fo.addr != "" {
+		// Resources and IPAM watches from `calico-node fanout`
+		// (fanout.go); reads and writes still go to the datastore.
+		dial, err := fo.dialer()
+		if err != nil {
+			return err
+		}
+		remote := confwatch.NewRemote(dial, b.log)
+		src = afterReady{ready: a.store.Ready(), Source: remote}
+		a.watchKV = remote.KV(a.store.ipam())
+		b.log.Info("reading Calico's resources from the fan-out, not the datastore", "fanout", fo.addr, "tls", fo.caFile != "")
+	}
+	a.confwatch = confwatch.New(src, b.log, b.reg)
 	a.confwatchHealth = b.agg.Register("confwatch", true, true, 0)
 	a.confwatchHealth.Report(true, false, "waiting for datastore")
 	return nil
@@ -255,7 +272,8 @@ func (b *builder) routing(a *actors) error {
 			Registerer:   b.reg,
 			Advertised:   advertised(a.epstatus),
 			Services:     services,
-		}, a.confwatch.Subscribe(bgp.Kinds()...), a.store.ipam(), a.routes, b.agg.Register("bgp", true, true, 0))
+			Routes:       a.routes,
+		}, a.confwatch.Subscribe(bgp.Kinds()...), a.watchKV, a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
 }

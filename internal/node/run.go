@@ -49,6 +49,10 @@ type runConfig struct {
 	// for the endpoint's policy and routes when the network config does
 	// not say; negative: not at all.
 	policySetupTimeout time.Duration
+	// fanout, when its address is set, is the `calico-node fanout` the
+	// agent reads Calico's resources and IPAM watches from instead of
+	// watching the datastore itself (fanout.go).
+	fanout fanoutClientConfig
 }
 
 // bgpConfig is the BGP speaker's part of runConfig.
@@ -60,51 +64,10 @@ type bgpConfig struct {
 }
 
 func runCommand() *cli.Command {
-	env := func(names ...string) []string { return names }
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
-			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
-			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
-			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
-			&cli.StringFlag{Name: "etcd-key-file", EnvVars: env("ETCD_KEY_FILE")},
-			&cli.StringFlag{Name: "etcd-username", EnvVars: env("ETCD_USERNAME")},
-			&cli.StringFlag{Name: "etcd-password", EnvVars: env("ETCD_PASSWORD")},
-			&cli.StringFlag{Name: "data-dir", EnvVars: env("CALICO_DATA_DIR"), Value: "/var/lib/calico", Usage: "state directory (embedded etcd data, nodename file)"},
-			&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
-			&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
-			&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
-			&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error (default: FelixConfiguration logSeverityScreen, else info)"},
-			&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
-			&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
-			&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
-			&cli.StringFlag{Name: "ip-autodetection-method", EnvVars: env("IP_AUTODETECTION_METHOD"), Value: "first-found"},
-			&cli.StringFlag{Name: "ip6-autodetection-method", EnvVars: env("IP6_AUTODETECTION_METHOD"), Value: "first-found"},
-			&cli.StringFlag{Name: "as", EnvVars: env("AS"), Usage: "this node's AS number (default: BGPConfiguration's)"},
-			&cli.StringFlag{Name: "ipv4pool-cidr", EnvVars: env("CALICO_IPV4POOL_CIDR"), Value: "192.168.0.0/16"},
-			&cli.StringFlag{Name: "ipv4pool-ipip", EnvVars: env("CALICO_IPV4POOL_IPIP"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv4pool-vxlan", EnvVars: env("CALICO_IPV4POOL_VXLAN"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv4pool-nat-outgoing", EnvVars: env("CALICO_IPV4POOL_NAT_OUTGOING"), Value: "true"},
-			&cli.IntFlag{Name: "ipv4pool-block-size", EnvVars: env("CALICO_IPV4POOL_BLOCK_SIZE")},
-			&cli.StringFlag{Name: "ipv4pool-node-selector", EnvVars: env("CALICO_IPV4POOL_NODE_SELECTOR")},
-			&cli.StringFlag{Name: "ipv6pool-cidr", EnvVars: env("CALICO_IPV6POOL_CIDR")},
-			&cli.StringFlag{Name: "ipv6pool-vxlan", EnvVars: env("CALICO_IPV6POOL_VXLAN"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv6pool-nat-outgoing", EnvVars: env("CALICO_IPV6POOL_NAT_OUTGOING"), Value: "false"},
-			&cli.IntFlag{Name: "ipv6pool-block-size", EnvVars: env("CALICO_IPV6POOL_BLOCK_SIZE")},
-			&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
-			&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
-			&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
-			&cli.StringFlag{Name: "dataplane", EnvVars: env("CALICO_DATAPLANE"), Value: "iptables", Usage: "iptables: program routes, policy and overlays; none: control plane only (no kernel changes)"},
-			&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
-			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
-			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
-			&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
-			&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "unix socket serving the endpoint timelines of `calicoctl node timeline` (none: off)"},
-			&cli.StringFlag{Name: "policy-setup-timeout", EnvVars: env("CALICO_POLICY_SETUP_TIMEOUT"), Value: "5s", Usage: "how long a CNI ADD the agent serves waits for the pod's policy and routes to be programmed before failing, when the CNI config's policy_setup_timeout_seconds does not say (seconds or a duration; 0: do not wait)"},
-			&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
-		}, kubeFlags()...),
+		Flags: runFlags(),
 		Action: func(c *cli.Context) error {
 			cfg, err := runConfigFrom(c, os.Getenv)
 			if err != nil {
@@ -125,26 +88,75 @@ func runCommand() *cli.Command {
 	}
 }
 
-func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error) {
-	var cfg runConfig
+// runFlags are `calico-node run`'s flags (and `plan`'s, which reads the
+// same configuration).
+func runFlags() []cli.Flag {
+	env := func(names ...string) []string { return names }
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
+		&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
+		&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
+		&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
+		&cli.StringFlag{Name: "etcd-key-file", EnvVars: env("ETCD_KEY_FILE")},
+		&cli.StringFlag{Name: "etcd-username", EnvVars: env("ETCD_USERNAME")},
+		&cli.StringFlag{Name: "etcd-password", EnvVars: env("ETCD_PASSWORD")},
+		&cli.StringFlag{Name: "data-dir", EnvVars: env("CALICO_DATA_DIR"), Value: "/var/lib/calico", Usage: "state directory (embedded etcd data, nodename file)"},
+		&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
+		&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
+		&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
+		&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error (default: FelixConfiguration logSeverityScreen, else info)"},
+		&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
+		&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
+		&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
+		&cli.StringFlag{Name: "ip-autodetection-method", EnvVars: env("IP_AUTODETECTION_METHOD"), Value: "first-found"},
+		&cli.StringFlag{Name: "ip6-autodetection-method", EnvVars: env("IP6_AUTODETECTION_METHOD"), Value: "first-found"},
+		&cli.StringFlag{Name: "as", EnvVars: env("AS"), Usage: "this node's AS number (default: BGPConfiguration's)"},
+		&cli.StringFlag{Name: "ipv4pool-cidr", EnvVars: env("CALICO_IPV4POOL_CIDR"), Value: "192.168.0.0/16"},
+		&cli.StringFlag{Name: "ipv4pool-ipip", EnvVars: env("CALICO_IPV4POOL_IPIP"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv4pool-vxlan", EnvVars: env("CALICO_IPV4POOL_VXLAN"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv4pool-nat-outgoing", EnvVars: env("CALICO_IPV4POOL_NAT_OUTGOING"), Value: "true"},
+		&cli.IntFlag{Name: "ipv4pool-block-size", EnvVars: env("CALICO_IPV4POOL_BLOCK_SIZE")},
+		&cli.StringFlag{Name: "ipv4pool-node-selector", EnvVars: env("CALICO_IPV4POOL_NODE_SELECTOR")},
+		&cli.StringFlag{Name: "ipv6pool-cidr", EnvVars: env("CALICO_IPV6POOL_CIDR")},
+		&cli.StringFlag{Name: "ipv6pool-vxlan", EnvVars: env("CALICO_IPV6POOL_VXLAN"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv6pool-nat-outgoing", EnvVars: env("CALICO_IPV6POOL_NAT_OUTGOING"), Value: "false"},
+		&cli.IntFlag{Name: "ipv6pool-block-size", EnvVars: env("CALICO_IPV6POOL_BLOCK_SIZE")},
+		&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
+		&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
+		&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
+		&cli.StringFlag{Name: "dataplane", EnvVars: env("CALICO_DATAPLANE"), Value: "iptables", Usage: "iptables: program routes, policy and overlays; none: control plane only (no kernel changes)"},
+		&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
+		&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
+		&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
+		&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
+		&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "unix socket serving the endpoint timelines of `calicoctl node timeline` (none: off)"},
+		&cli.StringFlag{Name: "policy-setup-timeout", EnvVars: env("CALICO_POLICY_SETUP_TIMEOUT"), Value: "5s", Usage: "how long a CNI ADD the agent serves waits for the pod's policy and routes to be programmed before failing, when the CNI config's policy_setup_timeout_seconds does not say (seconds or a duration; 0: do not wait)"},
+		&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
+	}, append(kubeFlags(), fanoutClientFlags()...)...)
+}
+
+// datastoreConfigFrom reads the datastore flags (and the K8S_*
+// variables) that `run` and `fanout` share.
+func datastoreConfigFrom(c *cli.Context, getenv func(string) string) (datastore.Config, error) {
+	var ds datastore.Config
 	if eps := c.String("etcd-endpoints"); eps != "" {
 		for _, e := range strings.Split(eps, ",") {
 			if e = strings.TrimSpace(e); e != "" {
-				cfg.datastore.Endpoints = append(cfg.datastore.Endpoints, e)
+				ds.Endpoints = append(ds.Endpoints, e)
 			}
 		}
 	}
-	cfg.datastore.CACertFile = c.String("etcd-ca-cert-file")
-	cfg.datastore.CertFile = c.String("etcd-cert-file")
-	cfg.datastore.KeyFile = c.String("etcd-key-file")
-	cfg.datastore.Username = c.String("etcd-username")
-	cfg.datastore.Password = c.String("etcd-password")
+	ds.CACertFile = c.String("etcd-ca-cert-file")
+	ds.CertFile = c.String("etcd-cert-file")
+	ds.KeyFile = c.String("etcd-key-file")
+	ds.Username = c.String("etcd-username")
+	ds.Password = c.String("etcd-password")
 	switch t := strings.ToLower(c.String("datastore-type")); t {
 	case datastore.TypeEtcd, "":
-		cfg.datastore.Type = datastore.TypeEtcd
+		ds.Type = datastore.TypeEtcd
 	case datastore.TypeKubernetes:
-		cfg.datastore.Type = datastore.TypeKubernetes
-		cfg.datastore.Kube = datastore.KubeConfig{
+		ds.Type = datastore.TypeKubernetes
+		ds.Kube = datastore.KubeConfig{
 			Kubeconfig:  c.String("kubeconfig"),
 			APIEndpoint: getenv("K8S_API_ENDPOINT"),
 			CAFile:      getenv("K8S_CA_FILE"),
@@ -152,11 +164,20 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 			KeyFile:     getenv("K8S_KEY_FILE"),
 			Token:       getenv("K8S_API_TOKEN"),
 		}
-		if len(cfg.datastore.Endpoints) > 0 {
-			return cfg, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
+		if len(ds.Endpoints) > 0 {
+			return ds, errors.New("DATASTORE_TYPE=kubernetes does not use etcd: unset ETCD_ENDPOINTS")
 		}
 	default:
-		return cfg, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+		return ds, fmt.Errorf("DATASTORE_TYPE=%q: want %s or %s", t, datastore.TypeEtcd, datastore.TypeKubernetes)
+	}
+	return ds, nil
+}
+
+func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error) {
+	var cfg runConfig
+	var err error
+	if cfg.datastore, err = datastoreConfigFrom(c, getenv); err != nil {
+		return cfg, err
 	}
 	cfg.dataDir = c.String("data-dir")
 	cfg.embedClient = c.String("embedded-etcd-client-url")
@@ -249,6 +270,9 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		return cfg, fmt.Errorf("bgp-listen-port %d: not a port", p)
 	}
 	cfg.bgp.secretsDir = c.String("bgp-secrets-dir")
+	if cfg.fanout, err = fanoutClientConfigFrom(c); err != nil { // fanout.go
+		return cfg, err
+	}
 	if err := kubeConfigInto(c, getenv, os.Environ(), &cfg); err != nil {
 		return cfg, err
 	}

@@ -29,6 +29,12 @@
 //     writes it as a comment ("-m comment --comment "cali:<hash>"") before
 //     each rule, so a programmer can compare the kernel's rules with the
 //     desired ones by reading those comments back, without parsing rules.
+//   - Each Rule's Origin says what it enforces in the policy model (the
+//     start or end of a tier, the jump into a policy, rule 3 of a policy,
+//     a failsafe port...) and each endpoint chain's Endpoint whose policy
+//     it applies; neither is rendered. Package explain reads them to turn
+//     a packet's path through the rules back into tiers, policies and
+//     rules.
 //   - Render(table, chains, hooks...) is the iptables-restore --noflush
 //     payload that replaces exactly the given chains; RenderIPSets is the
 //     ipset restore payload that fills each set through a scratch set and
@@ -61,6 +67,10 @@
 //     only reached when no policy selects the endpoint in that direction or
 //     every tier passed; what no profile allows is dropped. Established and
 //     related traffic is accepted first; conntrack-invalid traffic dropped.
+//     As in felix, the mark a Pass sets is cleared at the start of each
+//     tier but not before the profiles: after a Pass in the last tier, a
+//     profile's first Pass rule returns whether or not it matches,
+//     skipping the rest of that profile.
 //   - Rule peers given by selectors are IP set matches: one set per
 //     distinct selector (holding the addresses of every matching workload
 //     and host endpoint and the nets of every matching network set, on any

@@ -187,7 +187,7 @@ func (w *sourceWatch) seed(ctx context.Context, rv string) error {
 
 // list reads the source into a fresh state.
 func (w *sourceWatch) list(ctx context.Context, rv string) (map[string][]api.Object, int64, error) {
-	lctx, cancel := w.s.callCtx(ctx)
+	lctx, cancel := listCtx(ctx)
 	defer cancel()
 	list, rev, err := w.s.listRaw(lctx, w.src, "", rv)
 	if err != nil {

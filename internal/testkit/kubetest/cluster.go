@@ -68,6 +68,10 @@ type Cluster struct {
 	Kubectl string
 	// Dir holds certificates, kubeconfigs and the components' logs.
 	Dir string
+	// APIServerPID is the kube-apiserver's process ID, for benchmarks that
+	// read its CPU time and memory from /proc. Never signal it: Start's
+	// cleanup stops the process.
+	APIServerPID int
 }
 
 // Option changes what Start runs.
@@ -154,6 +158,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 			}
 		})
 		if err == nil {
+			c.APIServerPID = api.Cmd.Process.Pid
 			break
 		}
 		api.stop()
