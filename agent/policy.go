@@ -53,6 +53,10 @@ type Policy struct {
 	// Gate, if set, holds iptables and ipsets as they are while it is
 	// closed (the datastore is locked). Set before Run.
 	Gate Gate
+	// Programmed, if set, hears of every snapshot programmed in full:
+	// the workload endpoints (of every node) compiled into it, so that
+	// CNI ADD can wait for its endpoint (agent/epstatus). Set before Run.
+	Programmed func(weps []api.WorkloadEndpoint)
 
 	node    string
 	watch   Subscriber
@@ -321,6 +325,15 @@ func (p *Policy) program(ctx context.Context) error {
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
 	}
+	// Felix's debugSimulateDataplaneApplyDelay: a loaded node, for tests
+	// of what waits on the dataplane (CNI ADD).
+	if d := FelixSpec(p.objs, p.node, p.Overrides).DebugSimulateDataplaneApplyDelay; d != nil && d.Duration > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.Duration):
+		}
+	}
 	if err := p.v4.Apply(ctx, res.V4); err != nil {
 		return err
 	}
@@ -328,6 +341,9 @@ func (p *Policy) program(ctx context.Context) error {
 		if err := p.v6.Apply(ctx, res.V6); err != nil {
 			return err
 		}
+	}
+	if p.Programmed != nil {
+		p.Programmed(s.WorkloadEndpoints)
 	}
 	local := 0
 	for _, w := range s.WorkloadEndpoints {

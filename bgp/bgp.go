@@ -80,6 +80,11 @@ type Config struct {
 	Logger  *slog.Logger
 	// Registerer, when set, gets the actor's metrics.
 	Registerer prometheus.Registerer
+	// Advertised, when set, is told after every reconcile every prefix
+	// the speaker originates (so that an endpoint's timeline shows when
+	// its address became reachable from the peers: agent/epstatus). It
+	// runs on Run's goroutine and must be quick.
+	Advertised func(prefixes []netip.Prefix)
 	// Routes, when set, is the route table the learned routes go to, as
 	// `calicoctl node bgp why` inspects it.
 	Routes RouteInspector
@@ -494,6 +499,7 @@ type reconciler struct {
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
 	a := r.a
+	defer a.reportAdvertised()
 	d := Compute(Snapshot{NodeName: a.cfg.NodeName, Nodes: st.nodes, Peers: st.peers, BGPConfigs: st.configs, Secrets: a.cfg.Secrets})
 	probs := map[string]bool{}
 	for _, p := range d.Problems {
@@ -581,6 +587,20 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
 	r.expose(explainView{Enabled: true, In: r.in, Adverts: r.adverts, Filter: f, Sessions: d.Sessions})
 	return errors.Join(errs...)
+}
+
+// reportAdvertised tells cfg.Advertised what the speaker originates.
+func (a *Actor) reportAdvertised() {
+	if a.cfg.Advertised == nil {
+		return
+	}
+	out := []netip.Prefix{}
+	if a.sp.running {
+		for p := range a.sp.paths {
+			out = append(out, p)
+		}
+	}
+	a.cfg.Advertised(out)
 }
 
 // expose publishes v (with the routes last handed to the sink) for the

@@ -210,7 +210,9 @@ func (f *fabric) agent(h *host, node string, extra ...string) *agent {
 
 func (a *agent) start(t testing.TB) {
 	t.Helper()
-	args := append([]string{testbin.Path(t), "run",
+	// The endpoint status files in the agent's directory, not the
+	// machine's /var/run/calico (env execs the agent in place).
+	args := append([]string{"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + a.dir, testbin.Path(t), "run",
 		"--etcd-endpoints=" + a.f.etcd.UnixEndpoint,
 		"--nodename=" + a.node,
 		"--ip=" + a.h.addr.String() + "/24",
@@ -220,6 +222,7 @@ func (a *agent) start(t testing.TB) {
 		// Not the machine's /var/run/calico/cni.sock: other tests' plugins
 		// must not reach these agents.
 		"--cni-socket=" + filepath.Join(a.dir, "cni.sock"),
+		"--status-socket=" + filepath.Join(a.dir, "status.sock"),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	}, a.extra...)

@@ -66,6 +66,9 @@ type Table struct {
 	// their device does not exist yet (owned by Run).
 	skipped int
 
+	// onApplied hears of every successful pass (set before Run).
+	onApplied func(installed []routes.Route)
+
 	// What the last pass left in the kernel and why it left some wanted
 	// routes out, by key, for Inspect (under mu; replaced, never mutated).
 	shown    map[string]routes.Route
@@ -254,6 +257,12 @@ func (t *Table) kick() {
 	}
 }
 
+// OnApplied has f told, after every successful pass of Run, every route
+// the table has installed (a fresh slice f may keep): so that CNI ADD can
+// wait for a pod's route (agent/epstatus). Call before Run; f runs on
+// Run's goroutine and must be quick.
+func (t *Table) OnApplied(f func(installed []routes.Route)) { t.onApplied = f }
+
 // Applied returns a channel closed after the next successful reconcile.
 func (t *Table) Applied() <-chan struct{} {
 	t.mu.Lock()
@@ -302,6 +311,13 @@ func (t *Table) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 0
+		if t.onApplied != nil {
+			installed := make([]routes.Route, 0, len(t.last))
+			for _, r := range t.last {
+				installed = append(installed, r)
+			}
+			t.onApplied(installed)
+		}
 		if t.skipped > 0 {
 			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
 		} else {

@@ -81,6 +81,9 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 	dp.policy.Gate = dp.ready
+	// What policy and routes have programmed, for CNI ADD to wait on.
+	dp.policy.Programmed = a.epstatus.PolicyApplied
+	a.routes.OnApplied(a.epstatus.RoutesApplied)
 
 	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log, FelixEnv: felixEnv}, overlay.Deps{
 		Updates: a.confwatch.Subscribe(overlay.Kinds()...),

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
@@ -41,6 +42,13 @@ type runConfig struct {
 	kube          kubeConfig // run_k8s.go
 	dataplane     bool       // program routes, policy and overlays in this namespace
 	cniSocket     string     // where plugin processes forward CNI commands; "" off
+	// statusSocket serves the endpoint timelines (`calicoctl node
+	// timeline`); "" off.
+	statusSocket string
+	// policySetupTimeout is how long a CNI ADD the agent serves waits
+	// for the endpoint's policy and routes when the network config does
+	// not say; negative: not at all.
+	policySetupTimeout time.Duration
 	// fanout, when its address is set, is the `calico-node fanout` the
 	// agent reads Calico's resources and IPAM watches from instead of
 	// watching the datastore itself (fanout.go).
@@ -121,6 +129,8 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
 		&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
 		&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
+		&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "unix socket serving the endpoint timelines of `calicoctl node timeline` (none: off)"},
+		&cli.StringFlag{Name: "policy-setup-timeout", EnvVars: env("CALICO_POLICY_SETUP_TIMEOUT"), Value: "5s", Usage: "how long a CNI ADD the agent serves waits for the pod's policy and routes to be programmed before failing, when the CNI config's policy_setup_timeout_seconds does not say (seconds or a duration; 0: do not wait)"},
 		&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
 	}, append(kubeFlags(), fanoutClientFlags()...)...)
 }
@@ -243,6 +253,17 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	if cfg.cniSocket = c.String("cni-socket"); cfg.cniSocket == "none" {
 		cfg.cniSocket = ""
 	}
+	if cfg.statusSocket = c.String("status-socket"); cfg.statusSocket == "none" {
+		cfg.statusSocket = ""
+	}
+	timeout, err := parseSeconds("CALICO_POLICY_SETUP_TIMEOUT", c.String("policy-setup-timeout"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.policySetupTimeout = timeout
+	if timeout == 0 {
+		cfg.policySetupTimeout = -1 // the CNI server's "do not wait"
+	}
 	cfg.bgp.statusSocket = c.String("bgp-status-socket")
 	cfg.bgp.listenPort = c.Int("bgp-listen-port")
 	if p := cfg.bgp.listenPort; p < 0 || p > 65535 {
@@ -256,6 +277,19 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// parseSeconds reads a duration given as seconds ("5", "0.5") or as a Go
+// duration ("5s", "250ms").
+func parseSeconds(name, v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("%s=%q is not a duration (seconds, or e.g. 5s)", name, v)
 }
 
 func parseBool(name, v string) (bool, error) {
@@ -329,6 +363,9 @@ func (a *actors) run(ctx context.Context) error {
 	if dp := a.dataplane; dp != nil {
 		g.add("datastore ready", dp.ready.Run)
 		known := dp.ready.Known()
+		// What the dataplane has programmed: CNI ADD waits on it; the
+		// status files and timelines.
+		g.add("endpoint status", after(synced, a.epstatus.Run))
 		g.add("endpoints", after(known, dp.endpoints.Run))
 		g.add("blackholes", after(known, dp.blackholes.Run))
 		g.add("policy", after(known, dp.policy.Run))
@@ -338,6 +375,10 @@ func (a *actors) run(ctx context.Context) error {
 	// node's namespace, so it serves from the start.
 	if a.cniServer != nil {
 		g.add("cni server", a.cniServer.Run)
+	}
+	// The endpoint timelines, for `calicoctl node timeline`.
+	if a.statusAPI != nil {
+		g.add("status api", a.statusAPI.Run)
 	}
 	// FelixConfiguration settings applied at runtime.
 	g.add("felixconfig", a.felixConfig.Run)
