@@ -333,6 +333,8 @@ type famCompiler struct {
 	encap encap
 	// orig interns the rules' origins.
 	orig origins
+	// cache, if set, keeps endpoint chains across compilations (Compiler).
+	cache *chainCache
 }
 
 func (c *famCompiler) deny() Action {
