@@ -75,12 +75,13 @@ func (f *Family) IPSet(name string) *IPSet {
 // Compile computes the desired chains, hooks and IP sets for the node. It
 // is pure: the same snapshot always gives the same result, and it neither
 // reads nor changes anything outside its argument.
-func Compile(s *Snapshot) *Result { return compile(s, nil) }
+func Compile(s *Snapshot) *Result { return compile(s, nil, nil) }
 
-// compile is Compile, keeping endpoint chains in cc (nil: none kept).
-func compile(s *Snapshot, cc *chainCache) *Result {
+// compile is Compile, keeping endpoint chains in cc and workloads'
+// selector matches in mc (nil: none kept).
+func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 	cfg := s.Config.withDefaults()
-	m := buildModel(s)
+	m := buildModel(s, mc)
 	mk, ok := allocMarks(cfg.MarkMask)
 	if !ok {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,6 +30,7 @@ type Compiler struct {
 	cfg   Config
 	valid bool
 	cache *chainCache
+	match *matchCache
 }
 
 // NewCompiler returns an empty incremental compiler.
@@ -40,9 +42,11 @@ func (ic *Compiler) Compile(s *Snapshot) *Result {
 	if !ic.valid || !reflect.DeepEqual(cfg, ic.cfg) {
 		ic.cfg, ic.valid = cfg, true
 		ic.cache = &chainCache{cur: map[string][]Rule{}}
+		ic.match = newMatchCache()
 	}
-	res := compile(s, ic.cache)
+	res := compile(s, ic.cache, ic.match)
 	ic.cache.rotate()
+	ic.match.rotate(len(s.WorkloadEndpoints))
 	return res
 }
 
@@ -134,4 +138,133 @@ func (c *Chain) Identity() (id RulesIdentity, ok bool) {
 		return RulesIdentity{}, false
 	}
 	return RulesIdentity{first: &c.Rules[0], n: len(c.Rules)}, true
+}
+
+// matchCache keeps, across compilations, which label sets each policy
+// selector matches, so that a change re-evaluates only new selectors and
+// new label sets. Label sets are interned to small numbers; a selector's
+// matches are a slice indexed by them.
+type matchCache struct {
+	ids  map[string]int // labelsKey -> id
+	prev map[string]*selMatches
+	cur  map[string]*selMatches
+}
+
+// selMatches is one selector's verdict per label set id: 0 unknown,
+// 1 no, 2 yes.
+type selMatches struct{ v []uint8 }
+
+func newMatchCache() *matchCache {
+	return &matchCache{ids: map[string]int{}, prev: map[string]*selMatches{}, cur: map[string]*selMatches{}}
+}
+
+func (mc *matchCache) labelsID(key string) int {
+	id, ok := mc.ids[key]
+	if !ok {
+		id = len(mc.ids)
+		mc.ids[key] = id
+	}
+	return id
+}
+
+// resolve returns the matches of each policy of tiers, in tier and
+// policy order.
+func (mc *matchCache) resolve(tiers []*tierInfo) []*selMatches {
+	var out []*selMatches
+	for _, t := range tiers {
+		for _, p := range t.policies {
+			sm := mc.cur[p.selectorText]
+			if sm == nil {
+				if sm = mc.prev[p.selectorText]; sm == nil {
+					sm = &selMatches{}
+				}
+				mc.cur[p.selectorText] = sm
+			}
+			out = append(out, sm)
+		}
+	}
+	return out
+}
+
+// rotate forgets selectors no policy used in the last compilation, and
+// every label set once there are many more ids than label sets in use
+// (pods come and go with fresh labels).
+func (mc *matchCache) rotate(labelSets int) {
+	mc.prev, mc.cur = mc.cur, make(map[string]*selMatches, len(mc.cur))
+	if len(mc.ids) > 2*labelSets+1024 {
+		mc.ids = map[string]int{}
+		mc.prev = map[string]*selMatches{}
+	}
+}
+
+func (sm *selMatches) matches(id int, sel func() bool) bool {
+	if id >= len(sm.v) {
+		sm.v = append(sm.v, make([]uint8, id+1-len(sm.v))...)
+	}
+	switch sm.v[id] {
+	case 1:
+		return false
+	case 2:
+		return true
+	}
+	ok := sel()
+	sm.v[id] = 1
+	if ok {
+		sm.v[id] = 2
+	}
+	return ok
+}
+
+// tiersForCached is tiersFor(labels, normal) with each selector's verdict
+// looked up in resolved (from matchCache.resolve over m.tiers) for the
+// label set id.
+func (m *model) tiersForCached(resolved []*selMatches, id int, labels map[string]string) (in, out []epTier) {
+	i := 0
+	for _, t := range m.tiers {
+		var ti, to epTier
+		for _, p := range t.policies {
+			sm := resolved[i]
+			i++
+			if !p.normal() || !sm.matches(id, func() bool { return p.selector.Evaluate(labels) }) {
+				continue
+			}
+			if p.ingress {
+				ti.policies = append(ti.policies, p)
+			}
+			if p.egress {
+				to.policies = append(to.policies, p)
+			}
+		}
+		if len(ti.policies) > 0 {
+			ti.name, ti.defaultAction = t.name, t.defaultAction
+			in = append(in, ti)
+		}
+		if len(to.policies) > 0 {
+			to.name, to.defaultAction = t.name, t.defaultAction
+			out = append(out, to)
+		}
+	}
+	return in, out
+}
+
+// labelsKey is a canonical text of a label set: equal keys, equal
+// labels.
+func labelsKey(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	n := 0
+	for k, v := range labels {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 2
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(n)
+	for _, k := range keys {
+		// Label keys and values cannot hold NUL.
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }
