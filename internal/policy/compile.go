@@ -175,7 +175,8 @@ func (m *model) parseAllRules() *parsedRules {
 }
 
 func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules, cc *chainCache) *Family {
-	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg), orig: origins{}, cache: cc}
+	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg), orig: origins{}, cache: cc,
+		groupNames: map[string]string{}}
 	f := &Family{
 		Version: version,
 		Filter:  c.filterTable(m, pr),

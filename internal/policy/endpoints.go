@@ -105,7 +105,7 @@ func (c *famCompiler) usePolicies(spec *endpointChainSpec, tb *tableBuild) {
 			for i, p := range g {
 				keys[i] = p.key
 			}
-			target := groupChain(spec.inbound, t.name, g[0].selectorText, keys)
+			target := c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
 			if _, ok := tb.groups[target]; !ok {
 				tb.groups[target] = c.groupChain(target, polPrefix, t.name, spec.inbound, g)
 			}
@@ -182,7 +182,7 @@ func (c *famCompiler) endpointRules(spec *endpointChainSpec) []Rule {
 				for i, p := range g {
 					keys[i] = p.key
 				}
-				target = groupChain(spec.inbound, t.name, g[0].selectorText, keys)
+				target = c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
 				jump = o(Origin{Kind: OriginPolicyGroup, Tier: t.name, Ingress: spec.inbound})
 			}
 			rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}, Origin: jump})
