@@ -28,7 +28,9 @@ import (
 // bench-dataplane; figures in docs/benchmarks.md): 1,000 local endpoints
 // and 500 policies compiled, programmed into a fresh namespace, the same
 // payload given to iptables-restore alone, and the latency from a policy
-// change in etcd to its rule being in the kernel. DATAPLANE_BENCH_EPS,
+// change in etcd to the kernel (the mix: a rule's port, a
+// selector, a pod's label, a new policy, a deleted one), and the process
+// RSS after it. DATAPLANE_BENCH_EPS,
 // DATAPLANE_BENCH_POLICIES and DATAPLANE_BENCH_CHANGES scale it.
 func BenchmarkDataplane(b *testing.B) {
 	if os.Getenv(nodeNetNSEnv) == "" {
@@ -126,9 +128,10 @@ func BenchmarkDataplane(b *testing.B) {
 }
 
 // changeLatency stores objs in a fresh etcd, runs confwatch and the policy
-// actor against the namespace of r, and times n single-policy changes from
-// the etcd write to the end of the iptables-restore carrying them. Each
-// change is checked in the kernel (iptables-save) after it is timed.
+// actor against the namespace of r, and times n changes (mixed, see the
+// loop) from the etcd write to the end of the Apply carrying them. Port
+// changes and new policies are checked in the kernel (iptables-save)
+// after they are timed; rss gets the process RSS after the last.
 func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Object, n int, logger *slog.Logger, rss *int64) []time.Duration {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
