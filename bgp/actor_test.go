@@ -248,6 +248,16 @@ func TestActorsOnLoopback(t *testing.T) {
 	if len(st.Peers) != 1 || st.Peers[0].BGPState != StateEstablished || st.AS != DefaultASNumber || st.RouterID != "127.0.0.1" {
 		t.Errorf("status over the socket: %+v", st)
 	}
+	// So does bgp why, while the actor runs (the kernel part reads this
+	// machine's routes: not checked here).
+	why, err := QueryWhy(context.Background(), a.socket, "10.244.2.0/26")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(why.Peers) != 1 || !strings.Contains(why.Peers[0].Received, "accepted, best path") || why.Peers[0].Sent != SentNotSent ||
+		!strings.Contains(why.Kernel.Reason, "best path from 127.0.0.2 via 127.0.0.2") {
+		t.Errorf("bgp why 10.244.2.0/26 on a: %+v", why)
+	}
 
 	t.Run("borrowed address", func(t *testing.T) {
 		// b's workload holds ordinal 5 of a's block.

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
@@ -70,6 +70,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Registerer, when set, gets the actor's metrics.
 	Registerer prometheus.Registerer
+	// Routes, when set, is the route table the learned routes go to, as
+	// `calicoctl node bgp why` inspects it.
+	Routes RouteInspector
 	// Services, when set, supplies the Kubernetes Services whose
 	// addresses this node advertises one by one (*ServiceWatcher).
 	Services ServiceSource
@@ -113,6 +116,12 @@ type Actor struct {
 	ipamDirty chan struct{}
 
 	metrics metrics
+
+	// view is what Run last computed and published, for `node routes`
+	// and `bgp why` (status socket); hist the prefixes lately lost.
+	view   atomic.Pointer[explainView]
+	hist   history
+	kernel kernelReader
 }
 
 type metrics struct {
@@ -138,6 +147,7 @@ func New(cfg Config, updates Updates, kv IPAMStore, sink RouteSink, rep Reporter
 		learned:      map[netip.Prefix]Learned{},
 		learnedDirty: make(chan struct{}, 1),
 		ipamDirty:    make(chan struct{}, 1),
+		kernel:       netlinkKernel{},
 	}
 	a.book = newStatusBook(cfg.NodeName, a.now)
 	a.metrics = metrics{
@@ -232,17 +242,6 @@ func (a *Actor) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
-	if a.cfg.StatusSocket != "" {
-		l, err := listenStatus(a.cfg.StatusSocket)
-		if err != nil {
-			// Status is a convenience; routing must not depend on it.
-			a.log.Error("BGP status socket unavailable; `node status` will not work", "err", err)
-		} else {
-			wg.Go(func() { serveStatus(l, a.book) })
-			wg.Go(func() { <-ctx.Done(); l.Close() })
-		}
-	}
-
 	confCh := a.updates.Updates(ctx)
 	wg.Go(func() {
 		newIPAMWatch(a.kv, a.cfg.NodeName, a.log, func(s IPAMState) {
@@ -255,6 +254,16 @@ func (a *Actor) Run(ctx context.Context) error {
 
 	a.bgp = server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: a.log.With("gobgp", true), book: a.book}))
 	go a.bgp.Serve() // never returns; see above
+	if a.cfg.StatusSocket != "" {
+		l, err := listenStatus(a.cfg.StatusSocket)
+		if err != nil {
+			// Status is a convenience; routing must not depend on it.
+			a.log.Error("BGP status socket unavailable; `node status` will not work", "err", err)
+		} else {
+			wg.Go(func() { a.serveQueries(ctx, l) })
+			wg.Go(func() { <-ctx.Done(); l.Close() })
+		}
+	}
 	a.sp = newSpeaker(a.bgp, a.book, a.log)
 	if err := a.bgp.WatchEvent(ctx, &api.WatchEventRequest{
 		Peer:  &api.WatchEventRequest_Peer{},
@@ -374,12 +383,20 @@ func (a *Actor) onEvent(ev *api.WatchEventResponse) {
 			continue
 		}
 		if withdrawn || local {
-			if _, ok := a.learned[l.Prefix]; ok {
+			if old, ok := a.learned[l.Prefix]; ok {
 				delete(a.learned, l.Prefix)
 				changed = true
+				if withdrawn {
+					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop,
+						Why: "the last path, from " + old.Peer.String() + " via " + old.NextHop.String() + ", was withdrawn"})
+				}
+			}
+			if local {
+				a.hist.del(l.Prefix)
 			}
 			continue
 		}
+		a.hist.del(l.Prefix)
 		if old, ok := a.learned[l.Prefix]; !ok || old != l {
 			a.learned[l.Prefix] = l
 			changed = true
@@ -445,6 +462,7 @@ type reconciler struct {
 	filterProblems map[string]bool
 	last           []routes.Route
 	secrets        bool // some session has a password (or a missing one)
+	view           explainView
 }
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
@@ -469,6 +487,7 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		a.book.setPeers(nil)
 		r.in, r.adverts = RoutingInput{}, nil
 		a.clearLearned()
+		r.expose(explainView{})
 		return nil
 	}
 	r.enabled = true
@@ -515,7 +534,9 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		a.clearLearned()
 	}
 	a.book.setIdentity(true, d.Identity)
+	prev := r.adverts
 	r.adverts = Adverts(r.in)
+	r.noteWithdrawn(prev)
 	a.metrics.exported.Set(float64(len(r.adverts)))
 	var errs []error
 	f := Filter(r.in, d.Sessions, d.PeerFilters, st.filters)
@@ -530,7 +551,44 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	errs = append(errs, a.sp.syncFilter(ctx, f))
 	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
+	r.expose(explainView{Enabled: true, In: r.in, Adverts: r.adverts, Filter: f, Sessions: d.Sessions})
 	return errors.Join(errs...)
+}
+
+// expose publishes v (with the routes last handed to the sink) for the
+// status socket's explanations.
+func (r *reconciler) expose(v explainView) {
+	r.view = v
+	v.Published = r.last
+	r.a.view.Store(&v)
+}
+
+// noteWithdrawn records the prefixes this node stopped originating, with
+// the reason adverts gives, for `bgp why`.
+func (r *reconciler) noteWithdrawn(prev []Advert) {
+	now := make(map[netip.Prefix]bool, len(r.adverts))
+	for _, ad := range r.adverts {
+		now[ad.Prefix] = true
+		r.a.hist.del(ad.Prefix)
+	}
+	var gone []Advert
+	for _, ad := range prev {
+		if !now[ad.Prefix] {
+			gone = append(gone, ad)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	why := map[netip.Prefix]string{}
+	adverts(r.in, func(p netip.Prefix, w string) { why[p.Masked()] = w })
+	for _, ad := range gone {
+		w := "this node stopped originating it (it was: " + ad.Why + ")"
+		if s, ok := why[ad.Prefix]; ok {
+			w = "this node stopped originating it: " + s
+		}
+		r.a.hist.add(ad.Prefix, withdrawal{At: r.a.now(), NextHop: ad.NextHop, Why: w})
+	}
 }
 
 func (a *Actor) clearLearned() {
@@ -564,16 +622,5 @@ func (r *reconciler) publish() {
 		r.last = []routes.Route{}
 	}
 	a.sink.Set(routes.SourceBGP, want)
-}
-
-// serveStatus answers every connection on l with the status as JSON until
-// l is closed.
-func serveStatus(l net.Listener, book *statusBook) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		writeStatus(c, book.snapshot())
-	}
+	r.expose(r.view)
 }

@@ -34,7 +34,11 @@
 // written, so an agent restart never deletes the routes of a producer
 // still catching up.
 //
-// Thread safety: Set, Expect, Applied and SetRefreshInterval may be called
+// Inspect reports one destination from the table's own state (who wants
+// it, what the last pass wrote, why it could not): `calicoctl node bgp
+// why` shows it.
+//
+// Thread safety: Set, Expect, Applied, Inspect and SetRefreshInterval may be called
 // from any goroutine; the kernel is only touched by the Run goroutine
 // (or by a direct Reconcile call when Run is not running).
 package routetable

@@ -61,6 +61,12 @@ type Table struct {
 	// their device does not exist yet (owned by Run).
 	skipped int
 
+	// What the last pass left in the kernel and why it left some wanted
+	// routes out, by key, for Inspect (under mu; replaced, never mutated).
+	shown    map[string]routes.Route
+	problems map[string]string
+	passes   int
+
 	m *metrics // nil: none
 }
 
@@ -255,13 +261,8 @@ func (t *Table) Run(ctx context.Context) error {
 // desired merges the sources; earlier sources win conflicts.
 func (t *Table) desired() map[string]routes.Route {
 	t.mu.Lock()
-	names := make([]string, 0, len(t.sources))
-	for n := range t.sources {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	out := map[string]routes.Route{}
-	for _, n := range names {
+	for _, n := range t.sourceOrder() {
 		for _, r := range t.sources[n] {
 			k := key(r)
 			if prev, ok := out[k]; ok {
@@ -275,6 +276,16 @@ func (t *Table) desired() map[string]routes.Route {
 	}
 	t.mu.Unlock()
 	return out
+}
+
+// sourceOrder is the sources' names in priority order (caller holds mu).
+func (t *Table) sourceOrder() []string {
+	names := make([]string, 0, len(t.sources))
+	for n := range t.sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func sameRoute(a, b routes.Route) bool {
@@ -295,11 +306,13 @@ func (t *Table) Reconcile() error {
 		}
 	}
 	// Replace what is missing or different.
-	for _, nr := range d.replace {
+	for i, nr := range d.replace {
 		if err := t.k.RouteReplace(nr); err != nil {
 			errs = append(errs, fmt.Errorf("replace route %s: %w", nr.Dst, err))
+			d.problems[key(d.changed[i])] = "the kernel refused it: " + err.Error()
 		}
 	}
+	t.record(d.want, d.problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil // next pass lists the kernel again
 		return err
@@ -319,12 +332,14 @@ type routeDiff struct {
 	skipped []routes.Route   // wanted, but their device does not exist
 	want    map[string]routes.Route
 	same    int // wanted and already in the kernel as wanted
+	// problems says, by key, why a wanted route is not written (Inspect).
+	problems map[string]string
 }
 
 // diff lists our routes in the kernel and compares them with the desired
 // ones. It only reads.
 func (t *Table) diff() (routeDiff, error) {
-	d := routeDiff{want: t.desired()}
+	d := routeDiff{want: t.desired(), problems: map[string]string{}}
 	t.skipped = 0
 	actual := map[string]netlink.Route{}
 	listStart := time.Now()
@@ -365,6 +380,7 @@ func (t *Table) diff() (routeDiff, error) {
 			delete(d.want, k)
 			d.skipped = append(d.skipped, w)
 			t.skipped++
+			d.problems[k] = "not written: " + err.Error()
 			continue
 		}
 		cur, ok := actual[k]
@@ -462,6 +478,7 @@ func (t *Table) applyDiff() error {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 		}
 	}
+	problems := map[string]string{}
 	for k, w := range want {
 		if prev, ok := t.last[k]; ok && prev == w {
 			continue
@@ -471,12 +488,15 @@ func (t *Table) applyDiff() error {
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
 			delete(want, k) // not in the kernel: retried (Run's pending backoff)
 			t.skipped++
+			problems[k] = "not written: " + err.Error()
 			continue
 		}
 		if err := t.k.RouteReplace(nr); err != nil {
 			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+			problems[k] = "the kernel refused it: " + err.Error()
 		}
 	}
+	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil
 		return err

@@ -25,14 +25,14 @@ func statusSocketFlag() cli.Flag {
 func nodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:            "node",
-		Usage:           "node-level operations: status",
-		Flags:           []cli.Flag{statusSocketFlag()},
+		Usage:           "node-level operations: status, routes, bgp why",
+		Flags:           []cli.Flag{statusSocketFlag(), nodeOutputFlag()},
 		HideHelpCommand: true,
 		Subcommands: []*cli.Command{{
 			Name:   "status",
 			Usage:  "show the BGP sessions of the agent on this host",
 			Action: nodeStatus,
-		}},
+		}, nodeRoutesCommand(), nodeBGPCommand()},
 	}
 }
 

@@ -251,6 +251,7 @@ func (b *builder) routing(a *actors) error {
 			Logger:       b.log,
 			Registerer:   b.reg,
 			Services:     services,
+			Routes:       a.routes,
 		}, a.confwatch.Subscribe(bgp.Kinds()...), a.watchKV, a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
