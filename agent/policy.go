@@ -71,6 +71,7 @@ type Policy struct {
 	natRandomFully bool
 
 	objs        map[confwatch.Key]api.Object // owned by Run
+	compiler    *policy.Compiler             // owned by Run: reuses unchanged chains
 	pendingFrom time.Time                    // first change not yet programmed
 }
 
@@ -120,7 +121,7 @@ func NewPolicy(cfg PolicyConfig, watch Subscriber, v4, v6 Applier) *Policy {
 	return &Policy{
 		node: cfg.Node, watch: watch, v4: v4, v6: v6, ifaces: cfg.HostInterfaces, resync: cfg.Resync,
 		log: cfg.Logger.With("component", "policy"), metrics: m, felix: fm, natRandomFully: cfg.NATRandomFully,
-		objs: map[confwatch.Key]api.Object{},
+		objs: map[confwatch.Key]api.Object{}, compiler: policy.NewCompiler(),
 	}
 }
 
@@ -321,7 +322,7 @@ func (p *Policy) program(ctx context.Context) error {
 			sz.SetMaxIPSetSize(maxSize)
 		}
 	}
-	res := policy.Compile(s)
+	res := p.compiler.Compile(s)
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
 	}

@@ -41,7 +41,8 @@ func (p *Programmer) Plan(ctx context.Context, f *policy.Family) (Plan, error) {
 	out.Stats.SetsWritten = n
 	var payload strings.Builder
 	for _, t := range f.Tables() {
-		payload.WriteString(diffTable(t, known.tables[t.Name], hashChains(t), &out.Stats))
+		hashes, _ := hashChains(t, nil)
+		payload.WriteString(diffTable(t, known.tables[t.Name], hashes, &out.Stats))
 	}
 	out.Restore = payload.String()
 	if out.Restore != "" {

@@ -75,18 +75,22 @@ func (f *Family) IPSet(name string) *IPSet {
 // Compile computes the desired chains, hooks and IP sets for the node. It
 // is pure: the same snapshot always gives the same result, and it neither
 // reads nor changes anything outside its argument.
-func Compile(s *Snapshot) *Result {
+func Compile(s *Snapshot) *Result { return compile(s, nil, nil) }
+
+// compile is Compile, keeping endpoint chains in cc and workloads'
+// selector matches in mc (nil: none kept).
+func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 	cfg := s.Config.withDefaults()
-	m := buildModel(s)
+	m := buildModel(s, mc)
 	mk, ok := allocMarks(cfg.MarkMask)
 	if !ok {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)
 		mk, _ = allocMarks(0xffff0000)
 	}
 	rules := m.parseAllRules()
-	res := &Result{V4: compileFamily(4, cfg, mk, m, rules)}
+	res := &Result{V4: compileFamily(4, cfg, mk, m, rules, cc)}
 	if cfg.IPv6 {
-		res.V6 = compileFamily(6, cfg, mk, m, rules)
+		res.V6 = compileFamily(6, cfg, mk, m, rules, cc)
 	}
 	res.Problems = m.problems
 	return res
@@ -170,8 +174,9 @@ func (m *model) parseAllRules() *parsedRules {
 	return pr
 }
 
-func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules) *Family {
-	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg), orig: origins{}}
+func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules, cc *chainCache) *Family {
+	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg), orig: origins{}, cache: cc,
+		groupNames: map[string]string{}}
 	f := &Family{
 		Version: version,
 		Filter:  c.filterTable(m, pr),

@@ -148,9 +148,23 @@
 // the IP sets their rules use. Everything is
 // sorted so the same snapshot always gives byte-identical output.
 //
+// Compiler is the incremental form the agent uses: Compiler.Compile(s)
+// equals Compile(s) exactly (TestCompilerMatchesCompile checks it after
+// every step of long random change sequences), but it keeps endpoint
+// chains by a key of what they are built from (interface, kind,
+// direction, the tiers and policies selecting the endpoint, profiles) and
+// each policy selector's verdict per interned label set, so a change
+// re-renders only the endpoint chains it touches and re-evaluates only new
+// selectors and label sets. An unchanged endpoint chain comes back as the
+// very Rules slice of the previous result (Chain.Identity), which lets the
+// programmer skip re-hashing it. Workloads with equal labels share one
+// evaluation of the policies in either form.
+//
 // # Thread safety
 //
 // Compile and the rendering functions are pure: they only read their
 // arguments, so they may run concurrently. A Result is not modified after
-// Compile returns and may be shared read-only.
+// Compile returns and may be shared read-only; a Compiler's results share
+// Rules with earlier ones, so they must never be modified. A Compiler is
+// used by one goroutine.
 package policy

@@ -67,6 +67,55 @@ func newTableBuild() *tableBuild {
 // tier's default action otherwise, then the profiles, then drop; with the
 // differences of each kind (see chainKind).
 func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chain {
+	c.usePolicies(&spec, tb)
+	ch := Chain{Name: spec.name}
+	if spec.ep != nil {
+		ch.Endpoint = &ChainEndpoint{Name: spec.ep.name, Host: spec.host, Iface: spec.ep.iface, Ingress: spec.inbound, Kind: spec.kind.String()}
+	}
+	if c.cache == nil {
+		ch.Rules = c.endpointRules(&spec)
+		return ch
+	}
+	key := c.cache.endpointKey(c, &spec)
+	rules, ok := c.cache.get(key)
+	if !ok {
+		rules = c.endpointRules(&spec)
+		c.cache.put(key, rules)
+	}
+	ch.Rules = rules
+	return ch
+}
+
+// usePolicies records in tb the policies and policy groups the endpoint
+// chain jumps to, whose chains the table then renders.
+func (c *famCompiler) usePolicies(spec *endpointChainSpec, tb *tableBuild) {
+	polPrefix := pfxPolicyOut
+	if spec.inbound {
+		polPrefix = pfxPolicyIn
+	}
+	for _, t := range spec.tiers {
+		for _, g := range groupPolicies(t.policies) {
+			for _, p := range g {
+				tb.used[policyRef{p, spec.inbound}] = true
+			}
+			if len(g) == 1 {
+				continue
+			}
+			keys := make([]string, len(g))
+			for i, p := range g {
+				keys[i] = p.key
+			}
+			target := c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
+			if _, ok := tb.groups[target]; !ok {
+				tb.groups[target] = c.groupChain(target, polPrefix, t.name, spec.inbound, g)
+			}
+		}
+	}
+}
+
+// endpointRules renders the rules of an endpoint chain: a function of
+// spec (see chainCache.endpointKey) and c's configuration alone.
+func (c *famCompiler) endpointRules(spec *endpointChainSpec) []Rule {
 	m := c.marks
 	o := c.orig.get
 	// Every endpoint gets one: sized up front rather than grown.
@@ -127,18 +176,13 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 			if len(g) == 1 {
 				// A group of one is not worth its own chain.
 				target = policyChain(polPrefix, t.name, g[0].key)
-				tb.used[policyRef{g[0], spec.inbound}] = true
 				jump = o(Origin{Kind: OriginPolicy, Tier: t.name, Policy: g[0].key, Ingress: spec.inbound})
 			} else {
 				keys := make([]string, len(g))
 				for i, p := range g {
 					keys[i] = p.key
-					tb.used[policyRef{p, spec.inbound}] = true
 				}
-				target = groupChain(spec.inbound, t.name, g[0].selectorText, keys)
-				if _, ok := tb.groups[target]; !ok {
-					tb.groups[target] = c.groupChain(target, polPrefix, t.name, spec.inbound, g)
-				}
+				target = c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
 				jump = o(Origin{Kind: OriginPolicyGroup, Tier: t.name, Ingress: spec.inbound})
 			}
 			rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}, Origin: jump})
@@ -184,11 +228,7 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"},
 			Origin: o(Origin{Kind: OriginNoProfile, Ingress: spec.inbound})})
 	}
-	ch := Chain{Name: spec.name, Rules: rules}
-	if spec.ep != nil {
-		ch.Endpoint = &ChainEndpoint{Name: spec.ep.name, Host: spec.host, Iface: spec.ep.iface, Ingress: spec.inbound, Kind: spec.kind.String()}
-	}
-	return ch
+	return rules
 }
 
 // policyChains renders the chains of the policies the table's endpoint

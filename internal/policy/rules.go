@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -333,6 +334,25 @@ type famCompiler struct {
 	encap encap
 	// orig interns the rules' origins.
 	orig origins
+	// cache, if set, keeps endpoint chains across compilations (Compiler).
+	cache *chainCache
+	// groupNames memoises groupChain: every endpoint a group selects
+	// names it, and the name is a SHA3 hash.
+	groupNames map[string]string
+}
+
+// groupName is groupChain(inbound, tier, sel, keys), memoised.
+func (c *famCompiler) groupName(inbound bool, tier, sel string, keys []string) string {
+	if c.groupNames == nil {
+		return groupChain(inbound, tier, sel, keys)
+	}
+	k := strconv.FormatBool(inbound) + "\x00" + tier + "\x00" + sel + "\x00" + strings.Join(keys, "\x00")
+	if n, ok := c.groupNames[k]; ok {
+		return n
+	}
+	n := groupChain(inbound, tier, sel, keys)
+	c.groupNames[k] = n
+	return n
 }
 
 func (c *famCompiler) deny() Action {
