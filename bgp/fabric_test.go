@@ -271,7 +271,9 @@ func (a *agent) start(t testing.TB) {
 	} else {
 		datastoreArgs = []string{"--etcd-endpoints=" + a.f.etcd.UnixEndpoint}
 	}
-	args := append(append([]string{testbin.Path(t), "run"}, datastoreArgs...),
+	// The endpoint status files in the agent's directory, not the
+	// machine's /var/run/calico (env execs the agent in place).
+	args := append(append([]string{"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + a.dir, testbin.Path(t), "run"}, datastoreArgs...),
 		"--nodename="+a.node,
 		"--ip="+a.h.addr.String()+"/24",
 		"--no-default-pools",
@@ -280,6 +282,7 @@ func (a *agent) start(t testing.TB) {
 		// Not the machine's /var/run/calico/cni.sock: other tests' plugins
 		// must not reach these agents.
 		"--cni-socket="+filepath.Join(a.dir, "cni.sock"),
+		"--status-socket="+filepath.Join(a.dir, "status.sock"),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	)

@@ -245,6 +245,23 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 	}
 }
 
+// Load reads the resources of kinds from src once: what a Watcher's
+// cache holds when it is in sync, for the commands that compute what the
+// actors would (calicoctl policy explain, calico-node plan).
+func Load(ctx context.Context, src Source, kinds ...string) (map[Key]api.Object, error) {
+	out := map[Key]api.Object{}
+	for _, kind := range kinds {
+		objs, _, err := src.List(ctx, kind, "")
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", kind, err)
+		}
+		for _, o := range objs {
+			out[KeyOf(o)] = o
+		}
+	}
+	return out, nil
+}
+
 func (w *Watcher) markSynced() {
 	w.mu.Lock()
 	defer w.mu.Unlock()

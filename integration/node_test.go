@@ -65,10 +65,13 @@ type node struct {
 	kc      *kubetest.Cluster // the datastore on KDD; nil on etcd
 	binDir  string
 	dataDir string
-	cni     *libcni.CNIConfig
-	conf    *libcni.NetworkConfigList
-	ext     ns.NetNS // the outside, behind uplink0
-	agent   proc
+	// lockFile is the plugins' IPAM lock (not the machine's); kubeconfig
+	// their way to the fake API.
+	lockFile, kubeconfig string
+	cni                  *libcni.CNIConfig
+	conf                 *libcni.NetworkConfigList
+	ext                  ns.NetNS // the outside, behind uplink0
+	agent                proc
 }
 
 func newNode(t *testing.T) *node {
@@ -84,23 +87,40 @@ func newNode(t *testing.T) *node {
 
 	cacheDir := filepath.Join(t.TempDir(), "cni-cache")
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, cacheDir, nil)
-	conf, _ := json.Marshal(map[string]any{
-		"cniVersion": "1.0.0", "name": "k8s-pod-network",
-		"plugins": []any{map[string]any{
-			"type":           "calico",
-			"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
-			"nodename":       nodeName,
-			"mtu":            1500, // not the machine's /var/lib/calico/mtu
-			"ipam_lock_file": filepath.Join(t.TempDir(), "ipam.lock"),
-			"ipam":           map[string]any{"type": "calico-ipam"},
-			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},
-		}},
-	})
-	var err error
-	if n.conf, err = libcni.ConfListFromBytes(conf); err != nil {
+	n.lockFile = filepath.Join(t.TempDir(), "ipam.lock")
+	n.kubeconfig = n.kube.kubeconfig(t)
+	n.conf = n.confList(t, nil)
+	return n
+}
+
+// confList is the node's CNI network configuration with extra fields
+// of the calico plugin's (nil values delete).
+func (n *node) confList(t testing.TB, extra map[string]any) *libcni.NetworkConfigList {
+	t.Helper()
+	plugin := map[string]any{
+		"type":           "calico",
+		"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
+		"nodename":       nodeName,
+		"mtu":            1500, // not the machine's /var/lib/calico/mtu
+		"ipam_lock_file": n.lockFile,
+		"ipam":           map[string]any{"type": "calico-ipam"},
+		"kubernetes":     map[string]any{"kubeconfig": n.kubeconfig},
+		// The agent's, in the node's private run directory (TestMain).
+		"endpoint_status_dir": filepath.Join(os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"), "endpoint-status"),
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(plugin, k)
+		} else {
+			plugin[k] = v
+		}
+	}
+	conf, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "k8s-pod-network", "plugins": []any{plugin}})
+	list, err := libcni.ConfListFromBytes(conf)
+	if err != nil {
 		t.Fatalf("libcni rejects the config: %v", err)
 	}
-	return n
+	return list
 }
 
 // setupUplink gives the node its "NIC": uplink0 (nodeIP) with its peer in

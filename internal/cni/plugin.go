@@ -151,6 +151,12 @@ type host struct {
 	netnsName string
 	// kube: see netConf.kube.
 	kube func(*netConf) (*k8sAPI, error)
+	// dataplane is the agent's tracker when the agent serves the
+	// command; nil in a plugin process (programmed.go).
+	dataplane Dataplane
+	// policyTimeout is the agent's default wait for the dataplane (0:
+	// defaultPolicySetupTimeout, negative: none).
+	policyTimeout time.Duration
 }
 
 func (h *host) getenv(key string) string {

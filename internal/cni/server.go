@@ -56,6 +56,15 @@ type Server struct {
 	stores map[string]datastore.Store
 	kubes  map[[sha256.Size]byte]*k8sAPI
 
+	// Dataplane, if set, is the agent's record of what its dataplane
+	// has programmed: ADD reports its stages to it and returns only once
+	// the endpoint is programmed (programmed.go). Set before Run.
+	Dataplane Dataplane
+	// PolicySetupTimeout is how long ADD waits for Dataplane when the
+	// network config does not say (0: defaultPolicySetupTimeout;
+	// negative: do not wait). Set before Run.
+	PolicySetupTimeout time.Duration
+
 	// Served and Declined count requests (tests; metrics below).
 	Served, Declined atomic.Int64
 	metrics          *prometheus.CounterVec
@@ -282,6 +291,9 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 		logTo:  &stderr,
 		stores: s.store,
 		kube:   s.kubeClient,
+
+		dataplane:     s.Dataplane,
+		policyTimeout: s.PolicySetupTimeout,
 	}
 	if nsFile != nil {
 		h.netnsName = env["CNI_NETNS"]
