@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -179,6 +180,13 @@ func testPolicyOnRealPackets(t *testing.T, n *node) {
 	run(t, "iptables", "-N", "OTHER-PROG")
 	run(t, "iptables", "-A", "OTHER-PROG", "-s", "203.0.113.7", "-j", "DROP")
 	run(t, "iptables", "-A", "FORWARD", "-s", "203.0.113.8", "-j", "ACCEPT")
+	t.Cleanup(func() {
+		// The package's tests share the node namespace: the next case
+		// (the other datastore's) adds them again.
+		exec.Command("iptables", "-D", "FORWARD", "-s", "203.0.113.8", "-j", "ACCEPT").Run()
+		exec.Command("iptables", "-F", "OTHER-PROG").Run()
+		exec.Command("iptables", "-X", "OTHER-PROG").Run()
+	})
 	other := func() string {
 		var fwd []string
 		for _, l := range strings.Split(run(t, "iptables", "-S", "FORWARD"), "\n") {
