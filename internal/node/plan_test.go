@@ -91,7 +91,8 @@ func TestPlan(t *testing.T) {
 	})
 	dir := t.TempDir()
 	env := []string{"PATH=" + os.Getenv("PATH"), "NODENAME=n1", "IP=192.0.2.1/24", "ETCD_ENDPOINTS=http://" + relay.Addr().String(),
-		"CALICO_BGP_STATUS_SOCKET=" + filepath.Join(dir, "bgp.sock"), "CALICO_CNI_SOCKET=none", "CALICO_DATA_DIR=" + filepath.Join(dir, "data")}
+		"CALICO_BGP_STATUS_SOCKET=" + filepath.Join(dir, "bgp.sock"), "CALICO_CNI_SOCKET=none", "CALICO_DATA_DIR=" + filepath.Join(dir, "data"),
+		"CALICO_STATUS_SOCKET=" + filepath.Join(dir, "status.sock"), "FELIX_ENDPOINTSTATUSPATHPREFIX=" + dir}
 	inNS := func(args ...string) *exec.Cmd {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, testbin.Path(t)}, args...)...)
 		cmd.Env = env
