@@ -219,32 +219,9 @@ func (sm *selMatches) matches(id int, sel func() bool) bool {
 // looked up in resolved (from matchCache.resolve over m.tiers) for the
 // label set id.
 func (m *model) tiersForCached(resolved []*selMatches, id int, labels map[string]string) (in, out []epTier) {
-	i := 0
-	for _, t := range m.tiers {
-		var ti, to epTier
-		for _, p := range t.policies {
-			sm := resolved[i]
-			i++
-			if !p.normal() || !sm.matches(id, func() bool { return p.selector.Evaluate(labels) }) {
-				continue
-			}
-			if p.ingress {
-				ti.policies = append(ti.policies, p)
-			}
-			if p.egress {
-				to.policies = append(to.policies, p)
-			}
-		}
-		if len(ti.policies) > 0 {
-			ti.name, ti.defaultAction = t.name, t.defaultAction
-			in = append(in, ti)
-		}
-		if len(to.policies) > 0 {
-			to.name, to.defaultAction = t.name, t.defaultAction
-			out = append(out, to)
-		}
-	}
-	return in, out
+	return m.tiersMatching(func(i int, p *policyInfo) bool {
+		return p.normal() && resolved[i].matches(id, func() bool { return p.selector.Evaluate(labels) })
+	})
 }
 
 // labelsKey is a canonical text of a label set: equal keys, equal

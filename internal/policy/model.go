@@ -659,10 +659,18 @@ func (m *model) allLocal() []*localEndpoint {
 // tiersFor returns, per direction, the tiers whose policies of one kind
 // (those for which keep is true) select an endpoint with these labels.
 func (m *model) tiersFor(labels map[string]string, keep func(*policyInfo) bool) (in, out []epTier) {
+	return m.tiersMatching(func(_ int, p *policyInfo) bool { return keep(p) && p.selector.Evaluate(labels) })
+}
+
+// tiersMatching returns, per direction, the tiers with the policies for
+// which match is true; i counts every policy of every tier, in order.
+func (m *model) tiersMatching(match func(i int, p *policyInfo) bool) (in, out []epTier) {
+	i := 0
 	for _, t := range m.tiers {
 		var ti, to epTier
 		for _, p := range t.policies {
-			if !keep(p) || !p.selector.Evaluate(labels) {
+			i++
+			if !match(i-1, p) {
 				continue
 			}
 			if p.ingress {
