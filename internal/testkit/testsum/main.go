@@ -6,7 +6,8 @@
 // While the packages run it prints one line per package, as go test does
 // (ok, FAIL, or no test files). At the end it prints every failure with
 // its output (the test's own log lines, the framework's "=== RUN" and
-// "--- FAIL" lines left out, the last maxOutputLines of each), every
+// "--- FAIL" lines left out; a long one shortened to every message's first
+// lines and then its last lines, about maxOutputLines in all), every
 // skipped test with the reason it gave, and finally one totals line:
 //
 //	N passed, N failed, N skipped
@@ -229,13 +230,79 @@ func (s *summary) printFailure(r *result) {
 	if r.test == "" {
 		lines = r.output // build output, panics, TestMain: all of it
 	}
-	if len(lines) > maxOutputLines {
-		fmt.Fprintf(s.w, "    ... %d lines omitted\n", len(lines)-maxOutputLines)
-		lines = lines[len(lines)-maxOutputLines:]
-	}
-	for _, l := range lines {
+	for _, l := range excerpt(lines, maxOutputLines) {
 		fmt.Fprintln(s.w, l)
 	}
+}
+
+// excerpt shortens a failed test's output to about max lines. A test's
+// own messages (t.Log, t.Error: "    file_test.go:12: ...") are what says
+// why it failed, and a process log dumped on failure can push them out of
+// a plain tail; so every message's first lines are kept, wherever they
+// are, and the rest of the room goes to the last lines. Gaps are marked
+// "... N lines omitted".
+func excerpt(lines []string, max int) []string {
+	if len(lines) <= max {
+		return lines
+	}
+	const perMessage = 4 // a message's line and its first continuation lines
+	keep := make([]bool, len(lines))
+	kept := 0
+	for i := 0; i < len(lines) && kept < max; i++ {
+		if !isMessage(lines[i]) {
+			continue
+		}
+		for j := i; j < len(lines) && j < i+perMessage && (j == i || !isMessage(lines[j])); j++ {
+			if !keep[j] {
+				keep[j] = true
+				kept++
+			}
+		}
+	}
+	for i := len(lines) - 1; i >= 0 && kept < max; i-- {
+		if !keep[i] {
+			keep[i] = true
+			kept++
+		}
+	}
+	var out []string
+	for i := 0; i < len(lines); {
+		if keep[i] {
+			out = append(out, lines[i])
+			i++
+			continue
+		}
+		j := i
+		for j < len(lines) && !keep[j] {
+			j++
+		}
+		out = append(out, fmt.Sprintf("    ... %d lines omitted", j-i))
+		i = j
+	}
+	return out
+}
+
+// isMessage reports whether a line starts a test's own message, as the
+// testing package prints it: indented "name.go:line: ".
+func isMessage(l string) bool {
+	t := strings.TrimLeft(l, " ")
+	if len(t) == len(l) {
+		return false
+	}
+	file, rest, ok := strings.Cut(t, ":")
+	if !ok || !strings.HasSuffix(file, ".go") || strings.ContainsAny(file, " \t") {
+		return false
+	}
+	line, _, ok := strings.Cut(rest, ":")
+	if !ok || line == "" {
+		return false
+	}
+	for _, c := range line {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ownLines drops the testing framework's lines (=== RUN, --- FAIL: ...)

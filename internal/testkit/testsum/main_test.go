@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,5 +162,52 @@ go: some message that is not an event
 		if !strings.Contains(report, w) {
 			t.Errorf("report lacks %q:\n%s", w, report)
 		}
+	}
+}
+
+// A long failure keeps the test's own messages (why it failed) even when
+// a process log dumped after them fills the tail.
+func TestExcerpt(t *testing.T) {
+	var long []string
+	long = append(long, "    node_test.go:105: ten pods at once", "    node_test.go:231: every probe reached its peer:", "        map[a:Succeeded]")
+	for i := range 300 {
+		long = append(long, fmt.Sprintf("        agent log %d", i))
+	}
+	long = append(long, "    proctest.go:148: --- agent log (last 200 lines):")
+	for i := range 200 {
+		long = append(long, fmt.Sprintf("        tail %d", i))
+	}
+	tests := []struct {
+		name       string
+		lines      []string
+		want, lack []string
+		maxLen     int
+	}{
+		{name: "short output whole", lines: []string{"    a_test.go:1: x", "y"}, want: []string{"    a_test.go:1: x", "y"}, maxLen: 2},
+		{name: "messages and tail kept", lines: long,
+			want: []string{"    node_test.go:105: ten pods at once", "    node_test.go:231: every probe reached its peer:", "        map[a:Succeeded]",
+				"        agent log 0", "    proctest.go:148: --- agent log (last 200 lines):", "        tail 199", "    ... "},
+			lack: []string{"        agent log 150"}, maxLen: 40 + 3},
+		{name: "not a message", lines: append([]string{"x.go:1: at column 0", "    a b.go:1: spaced"}, long[3:50]...),
+			want: []string{"        agent log 46"}, lack: []string{"x.go:1: at column 0", "    a b.go:1: spaced"}, maxLen: 41},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := excerpt(tt.lines, 40)
+			joined := strings.Join(got, "\n")
+			for _, w := range tt.want {
+				if !strings.Contains(joined, w) {
+					t.Errorf("excerpt lacks %q:\n%s", w, joined)
+				}
+			}
+			for _, l := range tt.lack {
+				if strings.Contains(joined, l+"\n") {
+					t.Errorf("excerpt has %q:\n%s", l, joined)
+				}
+			}
+			if len(got) > tt.maxLen {
+				t.Errorf("excerpt has %d lines, want at most %d", len(got), tt.maxLen)
+			}
+		})
 	}
 }
