@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -75,6 +77,7 @@ const (
 	nodesEnv     = "CALICO_ETCD_SCALE_NODES"  // its nodes, comma-separated
 	policyEnv    = "CALICO_ETCD_SCALE_POLICY" // non-empty: its nodes run the policy actor
 	profileEnv   = "CALICO_ETCD_SCALE_PROFILE_DIR"
+	fanoutEnv    = "CALICO_ETCD_SCALE_FANOUT" // the fan-out's address, for nodes that read it
 	endpointsEnv = "CALICO_ETCD_SCALE_ENDPOINTS"
 
 	// probeLabel on a churn pod's endpoint carries the time its write
@@ -106,6 +109,9 @@ func (l *lineWriter) printf(format string, args ...any) {
 }
 
 func agentProcessMain() int {
+	if os.Getenv(agentEnv) == "hub" {
+		return hubProcessMain()
+	}
 	// ETCD_SCALE_CPUPROFILE (passed on as profileEnv): where the agents'
 	// CPU goes, one profile per process.
 	if dir := os.Getenv(profileEnv); dir != "" {
@@ -159,6 +165,36 @@ func agentProcessMain() int {
 			}
 		}
 	}
+	return 0
+}
+
+// hubProcessMain runs the fan-out, what `calico-node fanout` runs: one
+// Watcher over etcd and the IPAM keys, served on a loopback port, until
+// stdin closes. It reports "hub <addr> <start> <synced>".
+func hubProcessMain() int {
+	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("hub", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	store, err := connectEtcd(ctx, datastore.Config{Endpoints: strings.Split(os.Getenv(endpointsEnv), ","), Logger: logger})
+	if err != nil {
+		out.printf("error hub %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 1
+	}
+	defer store.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		out.printf("error hub %v", err)
+		return 1
+	}
+	w := confwatch.New(store, logger, nil)
+	srv := confwatch.NewServer(w, l, confwatch.ServerConfig{KV: store.IPAM(), KVPrefix: ipam.Prefix, Logger: logger})
+	go w.Run(ctx)
+	go srv.Run(ctx)
+	<-w.Synced()
+	out.printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
+	io.Copy(io.Discard, os.Stdin)
 	return 0
 }
 
@@ -347,10 +383,22 @@ func (n *simNode) run(ctx context.Context, endpoints []string) {
 		return
 	}
 	defer store.Close()
-	w := confwatch.New(store, logger, nil)
+	// With a fan-out (`calico-node run` with CALICO_FANOUT_ADDR), the
+	// watches are the fan-out's; the node's own connection only reads and
+	// writes.
+	var src confwatch.Source = store
+	var ipamKV datastore.KV = store.IPAM()
+	if addr := os.Getenv(fanoutEnv); addr != "" {
+		remote := confwatch.NewRemote(func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}, logger)
+		src, ipamKV = remote, remote.KV(ipamKV)
+	}
+	w := confwatch.New(src, logger, nil)
 	go w.Run(ctx)
 
-	kv := countingKV{KV: store.IPAM(), n: &n.kvEvents}
+	kv := countingKV{KV: ipamKV, n: &n.kvEvents}
 	ipamStates := make(chan bgp.IPAMState, 1)
 	go bgp.WatchIPAM(ctx, kv, n.name, logger, func(st bgp.IPAMState) {
 		// Latest wins, as the speaker's own wake-up channel does.

@@ -43,7 +43,8 @@ type params struct {
 	// memPerNode is the packed agent processes' GOMEMLIMIT per node, MiB
 	// (0: none).
 	memPerNode int
-	nice       int // the agent processes' niceness
+	nice       int      // the agent processes' niceness
+	modes      []string // "direct": nodes watch etcd; "fanout": they read a fan-out
 	// killAt is when the etcd leader is killed (SIGKILL), from the churn's
 	// start, and downFor how long it stays down before its restart.
 	killAt, downFor time.Duration
@@ -72,6 +73,7 @@ func benchParams(tb testing.TB) ([]int, params) {
 		workers:    32,
 		memPerNode: 6,
 		nice:       10,
+		modes:      []string{"direct", "fanout"},
 		killAt:     20 * time.Second,
 		downFor:    10 * time.Second,
 
@@ -107,6 +109,14 @@ func benchParams(tb testing.TB) ([]int, params) {
 			*dst = f
 		}
 	}
+	if v := os.Getenv("ETCD_SCALE_MODES"); v != "" {
+		p.modes = strings.Split(v, ",")
+		for _, m := range p.modes {
+			if m != "direct" && m != "fanout" {
+				tb.Fatalf("ETCD_SCALE_MODES=%q: want direct, fanout or both", v)
+			}
+		}
+	}
 	if v := os.Getenv("ETCD_SCALE_CHURN"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 10*time.Second {
@@ -124,27 +134,30 @@ func benchParams(tb testing.TB) ([]int, params) {
 //
 // Run: make bench-etcd-scale (ETCD_SCALE_NODES, ETCD_SCALE_RATE,
 // ETCD_SCALE_BUDGET, ETCD_SCALE_CHURN, ETCD_SCALE_PODS_PER_NODE,
-// ETCD_SCALE_PER_PROC, ETCD_SCALE_PROBES, ETCD_SCALE_NICE change it; ETCD_SCALE_CPUPROFILE
+// ETCD_SCALE_PER_PROC, ETCD_SCALE_PROBES, ETCD_SCALE_NICE, ETCD_SCALE_MODES
+// change it; ETCD_SCALE_CPUPROFILE
 // names a directory for the agent processes' CPU profiles).
 func BenchmarkEtcdScale(b *testing.B) {
 	nodes, p := benchParams(b)
 	res := Results{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Commit: commit()}
 	for _, n := range nodes {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			var r Run
-			for b.Loop() {
-				r = measure(b, n, p)
-			}
-			fmt.Printf("%d nodes:\n%s\n", n, r.table())
-			res.Runs = append(res.Runs, r)
-			b.ReportMetric(r.EtcdCPU, "etcd-cores")
-			b.ReportMetric(r.WatchEventsPerS, "watch-events/s")
-			b.ReportMetric(r.PolicyCachedAllP99, "policy-all-p99-ms")
-			b.ReportMetric(r.PodAllP99, "pod-all-p99-ms")
-			if !r.Correct {
-				b.Errorf("%d nodes: correctness checks failed (see the table)", n)
-			}
-		})
+		for _, mode := range p.modes {
+			b.Run(fmt.Sprintf("nodes=%d/%s", n, mode), func(b *testing.B) {
+				var r Run
+				for b.Loop() {
+					r = measure(b, n, mode, p)
+				}
+				fmt.Printf("%d nodes, %s:\n%s\n", n, mode, r.table())
+				res.Runs = append(res.Runs, r)
+				b.ReportMetric(r.EtcdCPU, "etcd-cores")
+				b.ReportMetric(r.WatchEventsPerS, "watch-events/s")
+				b.ReportMetric(r.PolicyCachedAllP99, "policy-all-p99-ms")
+				b.ReportMetric(r.PodAllP99, "pod-all-p99-ms")
+				if !r.Correct {
+					b.Errorf("%d nodes, %s: correctness checks failed (see the table)", n, mode)
+				}
+			})
+		}
 	}
 	out := os.Getenv("ETCD_SCALE_OUT")
 	if out == "" {
@@ -165,35 +178,58 @@ func TestEtcdScaleHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a 3-member etcd cluster and agent processes")
 	}
-	p := params{
-		shape:    shape{podsPerNode: 1, namespaces: 3, gnps: 4, reflectors: 2},
-		perProc:  4, // 10 nodes: 2 alone (calibration), then 4, 4
-		calib:    2,
-		rate:     15,
-		budget:   1000,
-		lifetime: 4 * time.Second,
-		churn:    15 * time.Second,
-		probes:   5,
-		workers:  8,
-		nice:     10,
-		killAt:   4 * time.Second,
-		downFor:  4 * time.Second,
+	for _, tc := range []struct {
+		mode  string
+		churn time.Duration
+	}{
+		{"direct", 15 * time.Second},
+		// The fan-out's own test is in confwatch; here: nodes reading it
+		// hold no etcd watch and still get every change across the kill.
+		{"fanout", 10 * time.Second},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := params{
+				shape:    shape{podsPerNode: 1, namespaces: 3, gnps: 4, reflectors: 2},
+				perProc:  4, // 10 nodes: 2 alone (calibration), then 4, 4
+				calib:    2,
+				rate:     15,
+				budget:   1000,
+				lifetime: 3 * time.Second,
+				churn:    tc.churn,
+				probes:   5,
+				workers:  8,
+				nice:     10,
+				killAt:   tc.churn / 4,
+				downFor:  tc.churn / 4,
 
-		syncTimeout:  2 * time.Minute,
-		drainTimeout: 2 * time.Minute,
+				syncTimeout:  2 * time.Minute,
+				drainTimeout: 2 * time.Minute,
+			}
+			const n = 10
+			r := measure(t, n, tc.mode, p)
+			t.Logf("%d nodes, %s:\n%s", n, tc.mode, r.table())
+			checkHarnessRun(t, r, n, p)
+			if tc.mode == "fanout" && (r.Watchers >= n || r.HubCPU <= 0 || r.HubRSS <= 0) {
+				t.Errorf("fan-out: etcd holds %v watchers for %d nodes (want the fan-out's only), fan-out CPU %v, RSS %v",
+					r.Watchers, n, r.HubCPU, r.HubRSS)
+			}
+			if tc.mode == "direct" && r.Watchers != 3*n {
+				t.Errorf("etcd holds %v watchers for %d nodes, want 3 per node", r.Watchers, n)
+			}
+		})
 	}
-	const n = 10
-	r := measure(t, n, p)
-	t.Logf("%d nodes:\n%s", n, r.table())
+}
+
+func checkHarnessRun(t *testing.T, r Run, n int, p params) {
 	if r.PodsStarted < 50 || r.PodsDeleted < 20 {
 		t.Errorf("churn started %d and deleted %d pods, want at least 50 and 20", r.PodsStarted, r.PodsDeleted)
 	}
 	if r.KilledMember == "" || r.LeaderChanges < 1 {
 		t.Errorf("killed member %q, leader changes %v: want the leader killed and replaced", r.KilledMember, r.LeaderChanges)
 	}
-	if r.PolicyChanges != p.probes || r.PolicyCachedAllP50 <= 0 || r.PolicyCompiledAllP50 <= 0 || r.CompilesPerNodeS <= 0 {
+	if r.PolicyChanges != r.PolicyWritten || r.PolicyChanges < 3 || r.PolicyCachedAllP50 <= 0 || r.PolicyCompiledAllP50 <= 0 || r.CompilesPerNodeS <= 0 {
 		t.Errorf("%d policy changes timed (p50 %.1f ms in every cache, %.1f ms compiled; %.1f compiles/s), want %d",
-			r.PolicyChanges, r.PolicyCachedAllP50, r.PolicyCompiledAllP50, r.CompilesPerNodeS, p.probes)
+			r.PolicyChanges, r.PolicyCachedAllP50, r.PolicyCompiledAllP50, r.CompilesPerNodeS, r.PolicyWritten)
 	}
 	if r.PodsTimed+r.PodsMissed < r.PodsStarted || r.PodsTimed == 0 {
 		t.Errorf("%d pods timed and %d missed of %d started", r.PodsTimed, r.PodsMissed, r.PodsStarted)
@@ -222,12 +258,12 @@ func TestEtcdScaleHarness(t *testing.T) {
 }
 
 // measure runs one fleet of n simulated nodes from a fresh etcd cluster.
-func measure(tb testing.TB, n int, p params) Run {
+func measure(tb testing.TB, n int, mode string, p params) Run {
 	tb.Helper()
 	s := p.shape
 	s.nodes = n
 	rate := min(p.rate, p.budget/float64(n))
-	r := Run{Nodes: n, Reflectors: s.reflectors, TargetPodRate: rate, Calibration: min(p.calib, n), Nice: p.nice, Budget: p.budget}
+	r := Run{Nodes: n, Reflectors: s.reflectors, TargetPodRate: rate, Calibration: min(p.calib, n), Nice: p.nice, Budget: p.budget, Mode: mode}
 	cluster := etcdtest.StartCluster(tb, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -261,6 +297,9 @@ func measure(tb testing.TB, n int, p params) Run {
 	r.LoadBefore = loadAverage()
 	e0 := mon.read()
 	f := newFleet()
+	if mode == "fanout" {
+		f.startHub(tb, cluster.Endpoints)
+	}
 	f.launch(tb, names, cluster.Endpoints, p.calib, p.perProc, p.memPerNode, p.nice, p.syncTimeout)
 	r.Processes = len(f.procs)
 	mon.setAgents(f.cpu)
@@ -276,7 +315,7 @@ func measure(tb testing.TB, n int, p params) Run {
 	// Churn, probes, and the leader's death.
 	st0 := f.collectStats(tb)
 	mon.resetMaxSlow()
-	c0, cal0 := f.cpu(), calibCPU(f, p.calib)
+	c0, cal0, h0 := f.cpu(), calibCPU(f, p.calib), f.hubCPU()
 	e2 := mon.read()
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	ch := newChurner(clients, s, rate, p.lifetime, p.workers)
@@ -307,8 +346,11 @@ func measure(tb testing.TB, n int, p params) Run {
 	<-churnDone
 	churnSecs := time.Since(start).Seconds()
 	pr := <-probeDone
+	r.PolicyWritten = pr.gens
 	e3 := mon.read()
-	c1, cal1 := f.cpu(), calibCPU(f, p.calib)
+	c1, cal1, h1 := f.cpu(), calibCPU(f, p.calib), f.hubCPU()
+	r.HubCPU = (h1 - h0).Seconds() / time.Since(start).Seconds()
+	r.HubRSS = f.hubRSS()
 	r.LoadAfter = loadAverage()
 	r.ChurnSeconds = churnSecs
 
@@ -799,7 +841,10 @@ func commit() string {
 func (r Run) table() string {
 	var sb strings.Builder
 	row := func(k, v string, args ...any) { fmt.Fprintf(&sb, "| %s | %s |\n", k, fmt.Sprintf(v, args...)) }
-	row("nodes (agent processes, of which one-node)", "%d (%d, %d; nice %d); %d route reflectors; %d pods seeded", r.Nodes, r.Processes, r.Calibration, r.Nice, r.Reflectors, r.SeededPods)
+	row("nodes (agent processes, of which one-node)", "%d, %s (%d, %d; nice %d); %d route reflectors; %d pods seeded", r.Nodes, r.Mode, r.Processes, r.Calibration, r.Nice, r.Reflectors, r.SeededPods)
+	if r.Mode == "fanout" {
+		row("fan-out (`calico-node fanout`)", "%.2f cores during churn, %.0f MB RSS", r.HubCPU, r.HubRSS)
+	}
 	row("load average (1/5/15 min)", "%s before the fleet, %s after the churn", r.LoadBefore, r.LoadAfter)
 	row("start (one process after the other)", "all nodes in sync %.1f s after the first launch; one node connect → in sync p50 %.0f / p99 %.0f ms; etcd CPU %.1f s", r.SyncAll/1000, r.SyncEachP50, r.SyncEachP99, r.EtcdCPUStart)
 	row("etcd watchers / watch streams", "%.0f / %.0f (%.1f / %.1f per node)", r.Watchers, r.WatchStreams, r.Watchers/float64(r.Nodes), r.WatchStreams/float64(r.Nodes))
@@ -834,11 +879,11 @@ func floats(vs []float64, format string) string {
 
 func summaryTable(runs []Run) string {
 	var sb strings.Builder
-	sb.WriteString("| nodes | etcd CPU (cores) | etcd RSS (MB) | db (MB) | watch events/s | agent CPU per node (ms/s) | agent RSS per node (MB) | policy → every cache p50/p99 (ms) | pod → all p50/p99 (ms) | sessions RR / mesh | correct |\n")
-	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	sb.WriteString("| nodes | mode | etcd CPU (cores) | etcd RSS (MB) | db (MB) | watch events/s | agent CPU per node (ms/s) | agent RSS per node (MB) | policy → every cache p50/p99 (ms) | pod → all p50/p99 (ms) | sessions RR / mesh | correct |\n")
+	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range runs {
-		fmt.Fprintf(&sb, "| %d | %.2f | %.0f | %.1f | %.0f | %.1f | %.1f | %.0f / %.0f | %.0f / %.0f | %d / %d | %v |\n",
-			r.Nodes, r.EtcdCPU, r.EtcdRSS, r.DBSize, r.WatchEventsPerS, r.AgentCPUPerNode, r.AgentRSSPerNode,
+		fmt.Fprintf(&sb, "| %d | %s | %.2f | %.0f | %.1f | %.0f | %.1f | %.1f | %.0f / %.0f | %.0f / %.0f | %d / %d | %v |\n",
+			r.Nodes, r.Mode, r.EtcdCPU, r.EtcdRSS, r.DBSize, r.WatchEventsPerS, r.AgentCPUPerNode, r.AgentRSSPerNode,
 			r.PolicyCachedAllP50, r.PolicyCachedAllP99, r.PodAllP50, r.PodAllP99, r.SessionsRR, r.SessionsMesh, r.Correct)
 	}
 	return sb.String()

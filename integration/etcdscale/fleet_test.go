@@ -19,6 +19,8 @@ import (
 // fleet is the agent processes of one run and what they reported.
 type fleet struct {
 	procs    []*fleetProc
+	hub      *fleetProc // the fan-out, if the nodes read one
+	hubAddr  string
 	launched time.Time
 
 	mu      sync.Mutex
@@ -84,10 +86,6 @@ func newFleet() *fleet {
 // defaults, as a real agent does.
 func (f *fleet) launch(tb testing.TB, names []string, endpoints []string, calib, perProc, memPerNode, nice int, syncTimeout time.Duration) {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var groups [][]string
 	for i := 0; i < len(names); {
 		n := perProc
@@ -99,38 +97,20 @@ func (f *fleet) launch(tb testing.TB, names []string, endpoints []string, calib,
 		i += n
 	}
 	f.launched = time.Now()
+	tb.Cleanup(f.stop)
 	for idx, g := range groups {
-		cmd := exec.Command("nice", "-n", strconv.Itoa(nice), exe) // nice execs: the PID is the agent process's
-		cmd.Env = append(proctest.EnvWithout("CALICO_ETCD_SCALE_", "ETCD_", "GOMEMLIMIT=", "GOGC="),
-			profileEnv+"="+os.Getenv("ETCD_SCALE_CPUPROFILE"),
-			agentEnv+"="+strconv.Itoa(idx), nodesEnv+"="+strings.Join(g, ","), endpointsEnv+"="+strings.Join(endpoints, ","))
+		env := []string{agentEnv + "=" + strconv.Itoa(idx), nodesEnv + "=" + strings.Join(g, ","), endpointsEnv + "=" + strings.Join(endpoints, ",")}
+		if f.hubAddr != "" {
+			env = append(env, fanoutEnv+"="+f.hubAddr)
+		}
 		if idx < calib {
-			cmd.Env = append(cmd.Env, policyEnv+"=1")
+			env = append(env, policyEnv+"=1")
 		} else if memPerNode > 0 {
-			cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%dMiB", max(256, memPerNode*len(g))))
+			env = append(env, fmt.Sprintf("GOMEMLIMIT=%dMiB", max(256, memPerNode*len(g))))
 		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rd, wr, err := os.Pipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cmd.Stdout = wr
-		fp := &fleetProc{index: idx, nodes: g, stdin: stdin, stderr: &proctest.Log{}}
-		cmd.Stderr = fp.stderr
-		fp.proc, err = proctest.Launch(fmt.Sprintf("agents-%d", idx), cmd)
-		wr.Close()
-		if err != nil {
-			rd.Close()
-			tb.Fatal(err)
-		}
+		fp := f.start(tb, idx, fmt.Sprintf("agents-%d", idx), nice, env)
+		fp.nodes = g
 		f.procs = append(f.procs, fp)
-		go f.read(idx, rd)
-		if idx == 0 {
-			tb.Cleanup(f.stop)
-		}
 		if !f.wait(syncTimeout, func() bool {
 			for _, n := range g {
 				if _, ok := f.synced[n]; !ok {
@@ -141,6 +121,51 @@ func (f *fleet) launch(tb testing.TB, names []string, endpoints []string, calib,
 		}) {
 			tb.Fatalf("agents-%d: %d nodes not in sync after %s%s", idx, len(g), syncTimeout, f.problems())
 		}
+	}
+}
+
+// start runs this test binary as a child with env at the given niceness,
+// reading its reports as process idx's (-1: the fan-out).
+func (f *fleet) start(tb testing.TB, idx int, name string, nice int, env []string) *fleetProc {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command("nice", "-n", strconv.Itoa(nice), exe) // nice execs: the PID is the child's
+	cmd.Env = append(append(proctest.EnvWithout("CALICO_ETCD_SCALE_", "ETCD_", "GOMEMLIMIT=", "GOGC="),
+		profileEnv+"="+os.Getenv("ETCD_SCALE_CPUPROFILE")), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// A pipe of our own rather than StdoutPipe: the reader, not Wait,
+	// decides when the output has all been read.
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout = wr
+	fp := &fleetProc{index: idx, stdin: stdin, stderr: &proctest.Log{}}
+	cmd.Stderr = fp.stderr
+	fp.proc, err = proctest.Launch(name, cmd)
+	wr.Close()
+	if err != nil {
+		rd.Close()
+		tb.Fatal(err)
+	}
+	go f.read(idx, rd)
+	return fp
+}
+
+// startHub runs the fan-out (at normal priority, as etcd: it is the
+// cluster's, not a node's) and waits until it serves.
+func (f *fleet) startHub(tb testing.TB, endpoints []string) {
+	tb.Helper()
+	f.hub = f.start(tb, -1, "fanout", 0, []string{agentEnv + "=hub", endpointsEnv + "=" + strings.Join(endpoints, ",")})
+	tb.Cleanup(f.stop)
+	if !f.wait(2*time.Minute, func() bool { return f.hubAddr != "" }) {
+		tb.Fatalf("fan-out not serving after 2 minutes%s", f.problems())
 	}
 }
 
@@ -185,6 +210,8 @@ func (f *fleet) report(idx int, fs []string) {
 	defer f.mu.Unlock()
 	defer f.notifyLocked()
 	switch {
+	case fs[0] == "hub" && len(fs) == 4:
+		f.hubAddr = fs[1]
 	case fs[0] == "synced" && len(fs) == 4:
 		f.synced[fs[1]] = [2]time.Time{unixNano(fs[2]), unixNano(fs[3])}
 	case fs[0] == "gnp" && len(fs) == 4:
@@ -255,8 +282,8 @@ func (f *fleet) problems() string {
 	for _, e := range f.errs {
 		sb.WriteString("\n" + e)
 	}
-	for _, fp := range f.procs {
-		if !fp.proc.Running() {
+	for _, fp := range append(slices.Clone(f.procs), f.hub) {
+		if fp != nil && !fp.proc.Running() {
 			fmt.Fprintf(&sb, "\n%s exited (%v):\n%s", fp.proc.Name, fp.proc.Err(), fp.stderr.Tail(20))
 		}
 	}
@@ -311,6 +338,23 @@ func (f *fleet) cpu() time.Duration {
 	return sum
 }
 
+// hubCPU and hubRSS (MB) are the fan-out's, 0 without one.
+func (f *fleet) hubCPU() time.Duration {
+	if f.hub == nil {
+		return 0
+	}
+	d, _ := procCPU(f.hub.proc.Cmd.Process.Pid)
+	return d
+}
+
+func (f *fleet) hubRSS() float64 {
+	if f.hub == nil {
+		return 0
+	}
+	kb, _ := procRSS(f.hub.proc.Cmd.Process.Pid)
+	return float64(kb) / 1024
+}
+
 // rss is each process's resident memory (KiB) and its node count.
 func (f *fleet) rss() (perProc []int, nodes []int) {
 	for _, fp := range f.procs {
@@ -324,10 +368,14 @@ func (f *fleet) rss() (perProc []int, nodes []int) {
 // stop closes every process's stdin (they return) and waits for them.
 func (f *fleet) stop() {
 	f.stopOnce.Do(func() {
-		for _, fp := range f.procs {
+		procs := slices.Clone(f.procs)
+		if f.hub != nil {
+			procs = append(procs, f.hub) // last: the agents read it
+		}
+		for _, fp := range procs {
 			fp.stdin.Close()
 		}
-		for _, fp := range f.procs {
+		for _, fp := range procs {
 			select {
 			case <-fp.proc.Done():
 			case <-time.After(15 * time.Second):

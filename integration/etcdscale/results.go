@@ -23,7 +23,12 @@ type Results struct {
 // Durations are in milliseconds, sizes in MB (2^20 bytes), CPU in cores
 // (CPU seconds per wall second) unless a field says otherwise.
 type Run struct {
-	Nodes         int     `json:"nodes"`
+	Nodes int `json:"nodes"`
+	// Mode is "direct" (every node watches etcd, `calico-node run`'s
+	// default) or "fanout" (the nodes read one `calico-node fanout`).
+	Mode          string  `json:"mode"`
+	HubCPU        float64 `json:"hubCPU"`      // the fan-out during churn, cores
+	HubRSS        float64 `json:"hubRSS"`      // MB, end of churn
 	Processes     int     `json:"processes"`   // agent processes
 	Calibration   int     `json:"calibration"` // of which hold one node each
 	Nice          int     `json:"nice"`        // the agent processes' niceness
@@ -37,7 +42,8 @@ type Run struct {
 	PodRate       float64 `json:"podRate"`       // achieved
 	PodsStarted   int     `json:"podsStarted"`
 	PodsDeleted   int     `json:"podsDeleted"`
-	PolicyChanges int     `json:"policyChanges"`
+	PolicyChanges int     `json:"policyChanges"` // timed: reached every node
+	PolicyWritten int     `json:"policyWritten"`
 	LoadBefore    string  `json:"loadBefore"`
 	LoadAfter     string  `json:"loadAfter"`
 

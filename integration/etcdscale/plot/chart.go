@@ -45,7 +45,9 @@ const (
 var (
 	black = color.RGBA{0, 0, 0, 0xff}
 	grey  = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
-	face  = basicfont.Face7x13
+	// face is a fixed 7×13 bitmap font of printable ASCII: labels are
+	// spelt in ASCII ("us" for microseconds).
+	face = basicfont.Face7x13
 )
 
 // render draws the chart.

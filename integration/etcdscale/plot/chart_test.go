@@ -20,6 +20,8 @@ func TestChartsDrawEveryFigure(t *testing.T) {
 			AgentUsPerEvent: 42, AgentHeapPerNode: 4.4, AgentRSSCalib: 45, CompileMs: 1.7,
 			PolicyCachedAllP50: 500, PolicyCachedAllP99: 2000, PodAllP50: 1700, PodAllP99: 3000, PolicyCompiledAllP50: 270,
 			SessionsMesh: 999000, SessionsRR: 5988},
+		{Nodes: 100, Mode: "fanout", TargetPodRate: 30, EtcdCPU: 0.2, WatchEventsPerS: 200, EtcdRSS: 90, HubCPU: 0.1, HubRSS: 60, PolicyCachedAllP50: 30},
+		{Nodes: 1000, Mode: "fanout", TargetPodRate: 3, EtcdCPU: 0.05, WatchEventsPerS: 20, EtcdRSS: 90, HubCPU: 0.2, HubRSS: 80, PolicyCachedAllP50: 300},
 	}}
 	cs := charts(res, 30)
 	if len(cs) != 6 {
@@ -44,9 +46,13 @@ func TestChartsDrawEveryFigure(t *testing.T) {
 			if col.A == 0 {
 				col = palette[i]
 			}
-			// The legend alone draws 25 pixels; the markers 49 each.
-			if n := seen[col]; n < 25+49*len(res.Runs) {
-				t.Errorf("%s: series %q has %d pixels, want its legend and %d markers", name, c.series[i].name, n, len(res.Runs))
+			// The legend alone draws 25 pixels; the markers 49 each (two
+			// runs per mode).
+			if n := seen[col]; n < 25+49*2 {
+				t.Errorf("%s: series %q has %d pixels, want its legend and 2 markers", name, c.series[i].name, n)
+			}
+			if len(s.x) != 2 {
+				t.Errorf("%s: series %q has %d points, want 2", name, s.name, len(s.x))
 			}
 		}
 	}
@@ -70,5 +76,23 @@ func TestTicks(t *testing.T) {
 	}
 	if got := logTicks(588, 999000); got[0] != 100 || got[len(got)-1] != 1e6 {
 		t.Errorf("logTicks = %v, want 100 … 1e6", got)
+	}
+}
+
+// TestLabelsAreASCII: the bitmap font has no glyph beyond ASCII; a "µ"
+// would be drawn as a box.
+func TestLabelsAreASCII(t *testing.T) {
+	for name, c := range charts(etcdscale.Results{Runs: []etcdscale.Run{{Nodes: 1, TargetPodRate: 1}}}, 30) {
+		texts := []string{c.title, c.xLabel, c.yLabel}
+		for _, s := range c.series {
+			texts = append(texts, s.name)
+		}
+		for _, s := range texts {
+			for _, r := range s {
+				if r > 127 {
+					t.Errorf("%s: label %q has %q, which the font cannot draw", name, s, r)
+				}
+			}
+		}
 	}
 }
