@@ -11,22 +11,28 @@
 // node peers with), with a VXLAN pool, per-namespace profiles and
 // label-selecting policies. Each simulated node is the agent's control
 // plane on the product's code, with no kernel behind it: its own
-// datastore connection, confwatch over every kind, the policy actor
-// (agent.Policy) compiling every change, BGP's IPAM watch
+// datastore connection, confwatch over every kind, BGP's IPAM watch
 // (bgp.WatchIPAM) with the speaker's session and route computations
 // (bgp.Compute, bgp.Adverts), and the overlay's block watch with its route
 // computation (overlay.Compute). Nodes run as goroutine sets, many to a
-// child process (the test binary re-executed, nice 19), the first few
-// alone in a process each to calibrate the per-node cost.
+// child process (the test binary re-executed at a lower priority than
+// etcd), the first few alone in a process each to calibrate the per-node
+// cost; those also run the policy actor (agent.Policy), which compiles
+// every change — every node doing so is more CPU than the machine has.
+// In fanout mode the nodes read one fan-out (what `calico-node fanout`
+// runs) instead of watching etcd.
 //
 // The parent plays the CNI plugin of every node: pods are started at a
-// steady rate on random nodes (Calico IPAM allocation, WorkloadEndpoint
+// steady rate (capped so that pods/s × nodes, which the events etcd sends
+// and the nodes decode grow with, stays within what one machine carries)
+// on random nodes (Calico IPAM allocation, WorkloadEndpoint
 // write) and torn down after a lifetime (endpoint delete, release), and a
 // probe GlobalNetworkPolicy is changed at intervals. Mid-churn the etcd
 // leader is killed with SIGKILL and restarted. Measured: etcd's CPU, RSS,
 // database size and watch events, the agents' CPU and memory, the time
-// from a policy write until every node has compiled it and from a pod's
-// endpoint write until every node routes it, and the BGP sessions with
+// from a policy write until every node has it in its cache (and the
+// calibration nodes have compiled it) and from a pod's endpoint write
+// until every node routes it, and the BGP sessions with
 // reflectors against the full mesh. Checked at the end: no address
 // allocated twice (IPAM's own check, calicoctl ipam check's), no
 // acknowledged write lost, every node's cache and block view equal to
