@@ -97,7 +97,7 @@ bench-cni: deps build
 
 # Policy dataplane: 1,000 local endpoints and 500 policies compiled and
 # programmed into a fresh namespace next to iptables-restore alone, and the
-# latency from a policy change in etcd to its rule in the kernel (root).
+# latency from mixed policy changes in etcd to the kernel, and RSS (root).
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +53,10 @@ type Policy struct {
 	// Gate, if set, holds iptables and ipsets as they are while it is
 	// closed (the datastore is locked). Set before Run.
 	Gate Gate
+	// Programmed, if set, hears of every snapshot programmed in full:
+	// the workload endpoints (of every node) compiled into it, so that
+	// CNI ADD can wait for its endpoint (agent/epstatus). Set before Run.
+	Programmed func(weps []api.WorkloadEndpoint)
 
 	node    string
 	watch   Subscriber
@@ -66,6 +71,7 @@ type Policy struct {
 	natRandomFully bool
 
 	objs        map[confwatch.Key]api.Object // owned by Run
+	compiler    *policy.Compiler             // owned by Run: reuses unchanged chains
 	pendingFrom time.Time                    // first change not yet programmed
 }
 
@@ -115,7 +121,7 @@ func NewPolicy(cfg PolicyConfig, watch Subscriber, v4, v6 Applier) *Policy {
 	return &Policy{
 		node: cfg.Node, watch: watch, v4: v4, v6: v6, ifaces: cfg.HostInterfaces, resync: cfg.Resync,
 		log: cfg.Logger.With("component", "policy"), metrics: m, felix: fm, natRandomFully: cfg.NATRandomFully,
-		objs: map[confwatch.Key]api.Object{},
+		objs: map[confwatch.Key]api.Object{}, compiler: policy.NewCompiler(),
 	}
 }
 
@@ -241,18 +247,61 @@ func (p *Policy) apply(ups []confwatch.Update) {
 
 // Snapshot assembles the compiler input from the cache.
 func (p *Policy) Snapshot() *policy.Snapshot {
-	s := &policy.Snapshot{Node: p.node}
-	keys := make([]confwatch.Key, 0, len(p.objs))
-	for k := range p.objs {
+	return PolicySnapshot(p.objs, p.node, p.Overrides)
+}
+
+// PolicyKinds are the resource kinds the policy compiler reads: what
+// PolicySnapshot needs in its objects.
+func PolicyKinds() []string { return slices.Clone(policyKinds) }
+
+// PolicySnapshot is the compiler input of the policy actor on node: objs
+// (a confwatch cache of PolicyKinds, or confwatch.Load of them) in key
+// order, and the FelixConfiguration in effect on node (FelixSpec, with
+// env the FELIX_* overrides; may be nil). It is pure, so that calicoctl
+// policy explain and calico-node plan compile exactly what the agent
+// would; CompleteSnapshot adds what only the node itself knows.
+func PolicySnapshot(objs map[confwatch.Key]api.Object, node string, env *api.FelixConfigurationSpec) *policy.Snapshot {
+	s := &policy.Snapshot{Node: node}
+	keys := make([]confwatch.Key, 0, len(objs))
+	for k := range objs {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		s.Add(p.objs[k])
+		s.Add(objs[k])
 	}
-	felix := FelixSpec(p.objs, p.node, p.Overrides)
+	felix := FelixSpec(objs, node, env)
 	s.Config = policy.ConfigFromFelix(&felix)
 	return s
+}
+
+// CompleteSnapshot adds to s what the node knows and the datastore does
+// not, as the actor does before compiling: the host's interface addresses
+// (when host endpoints may need them to be placed; ifaces nil: unknown),
+// no IPv6 policy when the node cannot program it, and whether its
+// iptables and kernel support --random-fully.
+func CompleteSnapshot(s *policy.Snapshot, ifaces HostInterfaces, ipv6, natRandomFully bool) error {
+	if ifaces != nil && len(s.HostEndpoints) > 0 {
+		ifs, err := ifaces()
+		if err != nil {
+			return err
+		}
+		s.HostInterfaces = ifs
+	}
+	if !ipv6 {
+		s.Config.IPv6 = false
+	}
+	s.Config.NATRandomFully = natRandomFully
+	return nil
+}
+
+// MaxIPSetSize is the maxelem of the IP sets the programmers create:
+// FelixConfiguration's maxIpsetSize, else 0 (Felix's default).
+func MaxIPSetSize(felix api.FelixConfigurationSpec) int {
+	if felix.MaxIpsetSize != nil {
+		return *felix.MaxIpsetSize
+	}
+	return 0
 }
 
 func (p *Policy) invalidate() {
@@ -264,29 +313,27 @@ func (p *Policy) invalidate() {
 
 func (p *Policy) program(ctx context.Context) error {
 	s := p.Snapshot()
-	if p.ifaces != nil && len(s.HostEndpoints) > 0 {
-		ifs, err := p.ifaces()
-		if err != nil {
-			return err
-		}
-		s.HostInterfaces = ifs
+	if err := CompleteSnapshot(s, p.ifaces, p.v6 != nil, p.natRandomFully); err != nil {
+		return err
 	}
-	if p.v6 == nil {
-		s.Config.IPv6 = false
-	}
-	s.Config.NATRandomFully = p.natRandomFully
-	maxSize := 0 // Felix's default
-	if felix := FelixSpec(p.objs, p.node, p.Overrides); felix.MaxIpsetSize != nil {
-		maxSize = *felix.MaxIpsetSize
-	}
+	maxSize := MaxIPSetSize(FelixSpec(p.objs, p.node, p.Overrides))
 	for _, a := range []Applier{p.v4, p.v6} {
 		if sz, ok := a.(IPSetSizer); ok {
 			sz.SetMaxIPSetSize(maxSize)
 		}
 	}
-	res := policy.Compile(s)
+	res := p.compiler.Compile(s)
 	for _, msg := range res.Problems {
 		p.log.Warn("policy not fully compiled", "problem", msg)
+	}
+	// Felix's debugSimulateDataplaneApplyDelay: a loaded node, for tests
+	// of what waits on the dataplane (CNI ADD).
+	if d := FelixSpec(p.objs, p.node, p.Overrides).DebugSimulateDataplaneApplyDelay; d != nil && d.Duration > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.Duration):
+		}
 	}
 	if err := p.v4.Apply(ctx, res.V4); err != nil {
 		return err
@@ -295,6 +342,9 @@ func (p *Policy) program(ctx context.Context) error {
 		if err := p.v6.Apply(ctx, res.V6); err != nil {
 			return err
 		}
+	}
+	if p.Programmed != nil {
+		p.Programmed(s.WorkloadEndpoints)
 	}
 	local := 0
 	for _, w := range s.WorkloadEndpoints {

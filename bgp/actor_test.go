@@ -48,8 +48,9 @@ func typed[T api.Object](o T, kind string) T {
 
 // fakeSink records what each source last wanted.
 type fakeSink struct {
-	mu sync.Mutex
-	rs map[string][]routes.Route
+	mu      sync.Mutex
+	rs      map[string][]routes.Route
+	updates int // changes taken through Update
 }
 
 func (s *fakeSink) Set(source string, rs []routes.Route) {
@@ -59,6 +60,25 @@ func (s *fakeSink) Set(source string, rs []routes.Route) {
 		s.rs = map[string][]routes.Route{}
 	}
 	s.rs[source] = slices.Clone(rs)
+}
+
+// Update applies a change as the route table does: by destination
+// (every route here is in the main table), kept in the order Set's are.
+func (s *fakeSink) Update(source string, set, del []routes.Route) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rs == nil {
+		s.rs = map[string][]routes.Route{}
+	}
+	gone := map[netip.Prefix]bool{}
+	for _, r := range append(slices.Clone(del), set...) {
+		gone[r.Dst] = true
+	}
+	rs := slices.DeleteFunc(slices.Clone(s.rs[source]), func(r routes.Route) bool { return gone[r.Dst] })
+	rs = append(rs, set...)
+	slices.SortFunc(rs, func(x, y routes.Route) int { return comparePrefix(x.Dst, y.Dst) })
+	s.rs[source] = rs
+	s.updates++
 }
 
 func (s *fakeSink) routes() []string {
@@ -248,6 +268,16 @@ func TestActorsOnLoopback(t *testing.T) {
 	if len(st.Peers) != 1 || st.Peers[0].BGPState != StateEstablished || st.AS != DefaultASNumber || st.RouterID != "127.0.0.1" {
 		t.Errorf("status over the socket: %+v", st)
 	}
+	// So does bgp why, while the actor runs (the kernel part reads this
+	// machine's routes: not checked here).
+	why, err := QueryWhy(context.Background(), a.socket, "10.244.2.0/26")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(why.Peers) != 1 || !strings.Contains(why.Peers[0].Received, "accepted, best path") || why.Peers[0].Sent != SentNotSent ||
+		!strings.Contains(why.Kernel.Reason, "best path from 127.0.0.2 via 127.0.0.2") {
+		t.Errorf("bgp why 10.244.2.0/26 on a: %+v", why)
+	}
 
 	t.Run("borrowed address", func(t *testing.T) {
 		// b's workload holds ordinal 5 of a's block.
@@ -261,6 +291,13 @@ func TestActorsOnLoopback(t *testing.T) {
 			got := a.sink.routes()
 			return !slices.Contains(got, "10.244.1.5/32 via 127.0.0.2"), fmt.Sprint(got)
 		})
+		// Both went to the table as changes, not as whole sets.
+		a.sink.mu.Lock()
+		n := a.sink.updates
+		a.sink.mu.Unlock()
+		if n == 0 {
+			t.Error("a learned and lost a route without a single Update")
+		}
 	})
 
 	t.Run("adding a peer leaves the other sessions alone", func(t *testing.T) {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	api "github.com/osrg/gobgp/v3/api"
@@ -35,19 +35,29 @@ type RouteSink interface {
 	Set(source string, rs []routes.Route)
 }
 
+// routeUpdater is a RouteSink that also takes changes: set adds or
+// replaces routes, del withdraws the routes to its destinations.
+// *routetable.Table implements it. Between changes of configuration the
+// actor hands it only the destinations whose best path changed, rather
+// than recomputing, copying and having the table compare every route.
+type routeUpdater interface {
+	Update(source string, set, del []routes.Route)
+}
+
 // Reporter receives health reports; *health.Reporter implements it.
 type Reporter interface {
 	Report(live, ready bool, detail string)
 }
 
-// Route sets handed to the sink during a burst are spaced by
-// publishCostPerRoute per route published (each set is recomputed and
-// copied whole, and the route table diffs it whole), at most by
-// maxPublishInterval: a node with a hundred routes passes every change on
-// within a millisecond, one learning 10,000 routes at once does not spend
-// its CPU rebuilding 10,000-route sets for every few new ones.
+// Route changes handed to the sink during a burst are spaced by
+// publishCostPerRoute per route published (a change costs in proportion
+// to its size, but the published set is still copied whole for the
+// explanations, and a full set goes out after every configuration
+// change), at most by maxPublishInterval: a node with a hundred routes
+// passes every change on at once, one learning 10,000 routes at once
+// hands them on in batches every few milliseconds.
 const (
-	publishCostPerRoute = 10 * time.Microsecond
+	publishCostPerRoute = 500 * time.Nanosecond
 	maxPublishInterval  = 100 * time.Millisecond
 )
 
@@ -70,6 +80,14 @@ type Config struct {
 	Logger  *slog.Logger
 	// Registerer, when set, gets the actor's metrics.
 	Registerer prometheus.Registerer
+	// Advertised, when set, is told after every reconcile every prefix
+	// the speaker originates (so that an endpoint's timeline shows when
+	// its address became reachable from the peers: agent/epstatus). It
+	// runs on Run's goroutine and must be quick.
+	Advertised func(prefixes []netip.Prefix)
+	// Routes, when set, is the route table the learned routes go to, as
+	// `calicoctl node bgp why` inspects it.
+	Routes RouteInspector
 	// Services, when set, supplies the Kubernetes Services whose
 	// addresses this node advertises one by one (*ServiceWatcher).
 	Services ServiceSource
@@ -106,6 +124,10 @@ type Actor struct {
 	lmu          sync.Mutex
 	learned      map[netip.Prefix]Learned
 	learnedDirty chan struct{}
+	// changed are the prefixes whose best path changed since the last
+	// publish; reset: learned was cleared (under lmu).
+	changed map[netip.Prefix]bool
+	reset   bool
 
 	// ipam is written by the IPAM watch goroutine and read by Run.
 	imu       sync.Mutex
@@ -113,6 +135,12 @@ type Actor struct {
 	ipamDirty chan struct{}
 
 	metrics metrics
+
+	// view is what Run last computed and published, for `node routes`
+	// and `bgp why` (status socket); hist the prefixes lately lost.
+	view   atomic.Pointer[explainView]
+	hist   history
+	kernel kernelReader
 }
 
 type metrics struct {
@@ -136,8 +164,10 @@ func New(cfg Config, updates Updates, kv IPAMStore, sink RouteSink, rep Reporter
 	a := &Actor{
 		cfg: cfg, log: logger, updates: updates, kv: kv, sink: sink, rep: rep, now: time.Now,
 		learned:      map[netip.Prefix]Learned{},
+		changed:      map[netip.Prefix]bool{},
 		learnedDirty: make(chan struct{}, 1),
 		ipamDirty:    make(chan struct{}, 1),
+		kernel:       netlinkKernel{},
 	}
 	a.book = newStatusBook(cfg.NodeName, a.now)
 	a.metrics = metrics{
@@ -232,17 +262,6 @@ func (a *Actor) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
-	if a.cfg.StatusSocket != "" {
-		l, err := listenStatus(a.cfg.StatusSocket)
-		if err != nil {
-			// Status is a convenience; routing must not depend on it.
-			a.log.Error("BGP status socket unavailable; `node status` will not work", "err", err)
-		} else {
-			wg.Go(func() { serveStatus(l, a.book) })
-			wg.Go(func() { <-ctx.Done(); l.Close() })
-		}
-	}
-
 	confCh := a.updates.Updates(ctx)
 	wg.Go(func() {
 		newIPAMWatch(a.kv, a.cfg.NodeName, a.log, func(s IPAMState) {
@@ -255,6 +274,16 @@ func (a *Actor) Run(ctx context.Context) error {
 
 	a.bgp = server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: a.log.With("gobgp", true), book: a.book}))
 	go a.bgp.Serve() // never returns; see above
+	if a.cfg.StatusSocket != "" {
+		l, err := listenStatus(a.cfg.StatusSocket)
+		if err != nil {
+			// Status is a convenience; routing must not depend on it.
+			a.log.Error("BGP status socket unavailable; `node status` will not work", "err", err)
+		} else {
+			wg.Go(func() { a.serveQueries(ctx, l) })
+			wg.Go(func() { <-ctx.Done(); l.Close() })
+		}
+	}
 	a.sp = newSpeaker(a.bgp, a.book, a.log)
 	if err := a.bgp.WatchEvent(ctx, &api.WatchEventRequest{
 		Peer:  &api.WatchEventRequest_Peer{},
@@ -374,14 +403,24 @@ func (a *Actor) onEvent(ev *api.WatchEventResponse) {
 			continue
 		}
 		if withdrawn || local {
-			if _, ok := a.learned[l.Prefix]; ok {
+			if old, ok := a.learned[l.Prefix]; ok {
 				delete(a.learned, l.Prefix)
+				a.changed[l.Prefix] = true
 				changed = true
+				if withdrawn {
+					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop,
+						Why: "the last path, from " + old.Peer.String() + " via " + old.NextHop.String() + ", was withdrawn"})
+				}
+			}
+			if local {
+				a.hist.del(l.Prefix)
 			}
 			continue
 		}
+		a.hist.del(l.Prefix)
 		if old, ok := a.learned[l.Prefix]; !ok || old != l {
 			a.learned[l.Prefix] = l
+			a.changed[l.Prefix] = true
 			changed = true
 		}
 	}
@@ -444,11 +483,23 @@ type reconciler struct {
 	// filterProblems are the BGPFilter rules last found unusable.
 	filterProblems map[string]bool
 	last           []routes.Route
-	secrets        bool // some session has a password (or a missing one)
+	// What the last full publish was computed from, kept so that a
+	// change of best paths is published as a change: the importer (of
+	// in and adverts), the imported routes by prefix and the blackholes.
+	// full: the configuration changed since, so the next publish is full.
+	imp     importer
+	cur     map[netip.Prefix]routes.Route
+	holes   []routes.Route
+	isHole  map[netip.Prefix]bool
+	full    bool
+	stale   bool // last lags cur
+	secrets bool // some session has a password (or a missing one)
+	view    explainView
 }
 
 func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) error {
 	a := r.a
+	defer a.reportAdvertised()
 	d := Compute(Snapshot{NodeName: a.cfg.NodeName, Nodes: st.nodes, Peers: st.peers, BGPConfigs: st.configs, Secrets: a.cfg.Secrets})
 	probs := map[string]bool{}
 	for _, p := range d.Problems {
@@ -459,6 +510,7 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	}
 	r.problems = probs
 	r.ready = true
+	r.full = true // in and adverts may change
 	if !d.OK {
 		if r.enabled || !a.sp.running {
 			a.log.Info("this node has no BGP address (Node spec.bgp); BGP is off")
@@ -469,6 +521,7 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		a.book.setPeers(nil)
 		r.in, r.adverts = RoutingInput{}, nil
 		a.clearLearned()
+		r.expose(explainView{})
 		return nil
 	}
 	r.enabled = true
@@ -515,7 +568,9 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 		a.clearLearned()
 	}
 	a.book.setIdentity(true, d.Identity)
+	prev := r.adverts
 	r.adverts = Adverts(r.in)
+	r.noteWithdrawn(prev)
 	a.metrics.exported.Set(float64(len(r.adverts)))
 	var errs []error
 	f := Filter(r.in, d.Sessions, d.PeerFilters, st.filters)
@@ -530,30 +585,166 @@ func (r *reconciler) reconcile(ctx context.Context, st *state, ipam IPAMState) e
 	errs = append(errs, a.sp.syncFilter(ctx, f))
 	errs = append(errs, a.sp.syncPaths(ctx, r.adverts))
 	errs = append(errs, a.sp.syncPeers(ctx, d.Sessions))
+	r.expose(explainView{Enabled: true, In: r.in, Adverts: r.adverts, Filter: f, Sessions: d.Sessions})
 	return errors.Join(errs...)
+}
+
+// reportAdvertised tells cfg.Advertised what the speaker originates.
+func (a *Actor) reportAdvertised() {
+	if a.cfg.Advertised == nil {
+		return
+	}
+	out := []netip.Prefix{}
+	if a.sp.running {
+		for p := range a.sp.paths {
+			out = append(out, p)
+		}
+	}
+	a.cfg.Advertised(out)
+}
+
+// expose publishes v (with the routes last handed to the sink) for the
+// status socket's explanations.
+func (r *reconciler) expose(v explainView) {
+	r.view = v
+	v.Published = r.last
+	r.a.view.Store(&v)
+}
+
+// noteWithdrawn records the prefixes this node stopped originating, with
+// the reason adverts gives, for `bgp why`.
+func (r *reconciler) noteWithdrawn(prev []Advert) {
+	now := make(map[netip.Prefix]bool, len(r.adverts))
+	for _, ad := range r.adverts {
+		now[ad.Prefix] = true
+		r.a.hist.del(ad.Prefix)
+	}
+	var gone []Advert
+	for _, ad := range prev {
+		if !now[ad.Prefix] {
+			gone = append(gone, ad)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	why := map[netip.Prefix]string{}
+	adverts(r.in, func(p netip.Prefix, w string) { why[p.Masked()] = w })
+	for _, ad := range gone {
+		w := "this node stopped originating it (it was: " + ad.Why + ")"
+		if s, ok := why[ad.Prefix]; ok {
+			w = "this node stopped originating it: " + s
+		}
+		r.a.hist.add(ad.Prefix, withdrawal{At: r.a.now(), NextHop: ad.NextHop, Why: w})
+	}
 }
 
 func (a *Actor) clearLearned() {
 	a.lmu.Lock()
 	clear(a.learned)
+	clear(a.changed)
+	a.reset = true
 	a.lmu.Unlock()
 	kick(a.learnedDirty)
 }
 
-// publish hands the kernel routes to the sink when they changed.
+// publish hands the kernel routes to the sink when they changed: after a
+// configuration change (or to a sink that only takes whole sets) the
+// whole set, otherwise the routes of the prefixes whose best path changed.
 func (r *reconciler) publish() {
 	a := r.a
-	var want []routes.Route
-	if r.enabled {
-		a.lmu.Lock()
+	up, canUpdate := a.sink.(routeUpdater)
+	a.lmu.Lock()
+	changed, reset := a.changed, a.reset
+	a.changed, a.reset = map[netip.Prefix]bool{}, false
+	full := r.full || reset || !canUpdate || !r.enabled || r.last == nil
+	for p := range changed {
+		if full {
+			break
+		}
+		full = r.isHole[p] // a blackhole and a learned route to one prefix: let the full set decide
+	}
+	if full {
 		learned := make([]Learned, 0, len(a.learned))
 		for _, l := range a.learned {
 			learned = append(learned, l)
 		}
 		a.lmu.Unlock()
+		r.publishAll(learned)
+		return
+	}
+	type change struct {
+		p     netip.Prefix
+		l     Learned
+		known bool // false: withdrawn
+	}
+	changes := make([]change, 0, len(changed))
+	for p := range changed {
+		l, ok := a.learned[p]
+		changes = append(changes, change{p, l, ok})
+	}
+	a.lmu.Unlock()
+	var set, del []routes.Route
+	for _, c := range changes {
+		nr, ok := routes.Route{}, false
+		if c.known {
+			var why string
+			nr, why = r.imp.route(c.l)
+			ok = why == ""
+		}
+		old, had := r.cur[c.p]
+		switch {
+		case ok && (!had || old != nr):
+			r.cur[c.p] = nr
+			set = append(set, nr)
+		case !ok && had:
+			delete(r.cur, c.p)
+			del = append(del, old)
+		}
+	}
+	if len(set)+len(del) > 0 {
+		up.Update(routes.SourceBGP, set, del)
+		a.metrics.imported.Set(float64(len(r.cur)))
+		r.stale = true
+	}
+	a.lmu.Lock()
+	more := len(a.changed) > 0
+	a.lmu.Unlock()
+	if !r.stale || more {
+		// Copying 10,000 routes for every change of a burst would cost
+		// more than the changes: the explanations catch up when it ends
+		// (more changes mean another publish is due).
+		return
+	}
+	r.stale = false
+	// The explanations' copy: in no particular order (they look routes
+	// up), and a new slice, since the status socket may be reading the old.
+	last := make([]routes.Route, 0, len(r.cur)+len(r.holes))
+	for _, rt := range r.cur {
+		last = append(last, rt)
+	}
+	r.last = append(last, r.holes...)
+	r.expose(r.view)
+}
+
+// publishAll computes the whole set from learned and hands it over.
+func (r *reconciler) publishAll(learned []Learned) {
+	a := r.a
+	r.full, r.stale = false, false
+	r.imp = newImporter(r.in, r.adverts)
+	r.cur, r.holes, r.isHole = map[netip.Prefix]routes.Route{}, nil, map[netip.Prefix]bool{}
+	var want []routes.Route
+	if r.enabled {
 		want = KernelRoutes(learned, r.in, r.adverts)
+		for _, rt := range want {
+			r.cur[rt.Dst] = rt
+		}
 		a.metrics.imported.Set(float64(len(want)))
-		want = append(want, Blackholes(r.in)...)
+		r.holes = Blackholes(r.in)
+		for _, rt := range r.holes {
+			r.isHole[rt.Dst] = true
+		}
+		want = append(want, r.holes...)
 		slices.SortFunc(want, func(x, y routes.Route) int { return comparePrefix(x.Dst, y.Dst) })
 	}
 	if r.last != nil && slices.Equal(r.last, want) {
@@ -564,16 +755,5 @@ func (r *reconciler) publish() {
 		r.last = []routes.Route{}
 	}
 	a.sink.Set(routes.SourceBGP, want)
-}
-
-// serveStatus answers every connection on l with the status as JSON until
-// l is closed.
-func serveStatus(l net.Listener, book *statusBook) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		writeStatus(c, book.snapshot())
-	}
+	r.expose(r.view)
 }

@@ -36,6 +36,9 @@ type filterPolicy struct {
 	defined          []*api.DefinedSet
 	exports, imports []*api.Statement
 	problems         []string
+	// labels name the rule behind each statement ("BGPFilter f
+	// exportV4[0] (...)"), for `bgp why`.
+	labels map[string]string
 }
 
 // peerFilterSets groups sessions by their filter list.
@@ -67,7 +70,7 @@ func peerFilterSets(peerFilters map[netip.Addr][]string) []PeerFilterSet {
 // buildFilterPolicy compiles the filters the sessions name. A filter that
 // does not exist is skipped, as confd skips it.
 func buildFilterPolicy(sets []PeerFilterSet, specs map[string]calicoapi.BGPFilterSpec) filterPolicy {
-	var fp filterPolicy
+	fp := filterPolicy{labels: map[string]string{}}
 	for i, set := range sets {
 		nbr := "calico-bgpfilter-peers-" + strconv.Itoa(i)
 		ds := &api.DefinedSet{DefinedType: api.DefinedType_NEIGHBOR, Name: nbr}
@@ -90,6 +93,9 @@ func buildFilterPolicy(sets []PeerFilterSet, specs map[string]calicoapi.BGPFilte
 					stmts, problem := ruleStatements(id, nbr, r, d.export, d.v4, &fp.defined)
 					if problem != "" {
 						fp.problems = append(fp.problems, where+": "+problem)
+					}
+					for _, st := range stmts {
+						fp.labels[st.Name] = where + " (" + ruleText(r) + ")"
 					}
 					if d.export {
 						fp.exports = append(fp.exports, stmts...)
@@ -176,4 +182,32 @@ func ruleStatements(id, nbr string, r calicoapi.BGPFilterRule, export, v4 bool, 
 		})
 	}
 	return out, ""
+}
+
+// ruleText shows a rule as its BGPFilter spells it.
+func ruleText(r calicoapi.BGPFilterRule) string {
+	parts := []string{"action " + string(r.Action)}
+	if r.MatchOperator != "" {
+		parts = append(parts, "matchOperator "+string(r.MatchOperator))
+	}
+	if r.CIDR != "" {
+		parts = append(parts, "cidr "+r.CIDR)
+	}
+	if r.PrefixMin != nil || r.PrefixMax != nil {
+		lo, hi := "", ""
+		if r.PrefixMin != nil {
+			lo = strconv.Itoa(int(*r.PrefixMin))
+		}
+		if r.PrefixMax != nil {
+			hi = strconv.Itoa(int(*r.PrefixMax))
+		}
+		parts = append(parts, "prefixLength "+lo+"-"+hi)
+	}
+	if r.Source != "" {
+		parts = append(parts, "source "+string(r.Source))
+	}
+	if r.Interface != "" {
+		parts = append(parts, "interface "+r.Interface)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -9,7 +9,10 @@
 // the kernel (routes.Route values) to a RouteSink (the agent's
 // routetable.Table, source "30-bgp"): it never writes kernel routes itself. It serves its status as JSON on a unix
 // socket (QueryStatus, WriteStatus: `calicoctl node status`) and reports
-// readiness the way calico-node -bird-ready does (Readiness).
+// readiness the way calico-node -bird-ready does (Readiness). The same
+// socket answers `calicoctl node routes` (QueryRoutes, WriteRoutes) and
+// `calicoctl node bgp why PREFIX` (QueryWhy, WriteWhy): a request line
+// names the query.
 //
 // The computations are pure and exported for tests and tools:
 //
@@ -29,6 +32,12 @@
 //	                                                     │   gobgp: peers, policy, paths ◄──► peers
 //	                                                     │        │ best-path events
 //	                                                     └──► KernelRoutes + Blackholes ──► RouteSink
+//
+// The route set goes to the sink whole after every configuration change;
+// between them, a change of best paths goes as a change (Update with the
+// prefixes whose route changed, when the sink has it), so that a burst of
+// 10,000 learned routes is not recomputed, copied and compared whole for
+// every few new ones.
 //
 // Sessions follow confd exactly (client.go updatePeersV1 and the bird.cfg
 // template of Calico v3.31): full mesh over every node's address unless
@@ -89,6 +98,25 @@
 // logger: the slog adapter (gobgpLogger) records them per peer for the
 // status table and keeps gobgp's chatter at Debug.
 //
+// # Explanations
+//
+// `node routes` and `bgp why` are answered from what programs the
+// speaker and the kernel, never from a second model (inspect.go gathers,
+// why.go explains, purely): gobgp's tables (ListPath on the global RIB
+// and on each peer's adj-in and adj-out with gobgp's filtered flags,
+// ListPeer for session, graceful-restart and End-of-RIB state); the
+// SetPoliciesRequest the speaker hands gobgp (policyDefs), which
+// evalPolicy reads in gobgp's order to name the deciding statement, each
+// labelled by the code that built it (a BGPFilter rule, or Calico's own
+// export filter); adverts, importer.route and blackholes, the very
+// functions behind Adverts, KernelRoutes and Blackholes, which also say
+// why they leave something out; the route set last handed to the route
+// table; the route table's own record (RouteInspector, routetable's
+// Inspect); and the kernel's routes and route lookup. Where gobgp's
+// verdict and the policy reading differ, the answer says so. Prefixes
+// that lost their last path are remembered for a while (history), so
+// that "withdrawn" can be told from "never seen".
+//
 // # Thread safety
 //
 // Run owns the datastore state and the gobgp configuration. gobgp's event
@@ -96,5 +124,8 @@
 // state and the logger adapter errors, each under its own lock, and wake
 // Run through 1-slot channels. Status and the status socket read the
 // status book under its lock. Compute, Adverts, Filter, KernelRoutes and
-// Blackholes are pure.
+// Blackholes are pure. Run publishes what it computed (an immutable
+// explainView) through an atomic pointer; the status socket's
+// goroutines read it, query gobgp (whose API is safe for concurrent use)
+// and the kernel through sockets of their own.
 package bgp

@@ -25,6 +25,8 @@ type Advert struct {
 	NextHop     netip.Addr
 	Communities []uint32 // RFC 1997 (high 16 bits : low 16 bits)
 	Large       []LargeCommunity
+	// Why says which rule originates it (for `bgp why`; not sent).
+	Why string
 }
 
 func (a Advert) equal(b Advert) bool {
@@ -171,44 +173,61 @@ func containedIn(list []netip.Prefix, p netip.Prefix) bool {
 // lie in a pool), and the service ranges of BGPConfiguration; nothing in a
 // pool with disableBGPExport. Communities come from prefixAdvertisements of
 // the node's own BGPConfiguration, else the default one.
-func Adverts(in RoutingInput) []Advert {
-	pools := in.pools()
-	denied := func(p netip.Prefix) bool {
-		pl, ok := poolOf(pools, p)
-		return ok && pl.DisableBGPExport
+func Adverts(in RoutingInput) []Advert { return adverts(in, nil) }
+
+// adverts is Adverts; skipped, when not nil, hears of every candidate left
+// out and why (`bgp why` asks it rather than guessing).
+func adverts(in RoutingInput, skipped func(p netip.Prefix, why string)) []Advert {
+	if skipped == nil {
+		skipped = func(netip.Prefix, string) {}
 	}
+	pools := in.pools()
 	set := map[netip.Prefix]bool{}
 	var out []Advert
-	add := func(p netip.Prefix) {
+	add := func(p netip.Prefix, why string) {
 		nh := nextHopFor(in.Identity, p)
-		if !nh.IsValid() || set[p] || denied(p) {
+		if set[p] {
+			return
+		}
+		if !nh.IsValid() {
+			skipped(p, why+", but this node has no BGP address of its family")
+			return
+		}
+		if pl, ok := poolOf(pools, p); ok && pl.DisableBGPExport {
+			skipped(p, why+", but IP pool "+pl.Name+" has disableBGPExport")
 			return
 		}
 		set[p] = true
-		out = append(out, Advert{Prefix: p, NextHop: nh})
+		out = append(out, Advert{Prefix: p, NextHop: nh, Why: why})
 	}
 	for _, b := range in.IPAM.Blocks {
 		// Single-address "blocks" are never routed as blocks (bird_aggr skips
 		// /32 affinities).
 		if b.IsSingleIP() {
+			skipped(b, "a single-address block affinity, never routed as a block")
 			continue
 		}
-		add(b.Masked())
+		add(b.Masked(), "IPAM block affine to this node")
 	}
 	for _, a := range in.IPAM.Borrowed {
 		p := netip.PrefixFrom(a, a.BitLen())
-		if _, inPool := poolOf(pools, p); !inPool || containedIn(in.IPAM.Blocks, p) {
+		if _, inPool := poolOf(pools, p); !inPool {
+			skipped(p, "a local workload's address outside every IP pool")
 			continue
 		}
-		add(p)
+		if containedIn(in.IPAM.Blocks, p) {
+			skipped(p, "a local workload's address inside this node's own block (the block is advertised)")
+			continue
+		}
+		add(p, "address of a workload on this node, in a block affine to another node")
 	}
 	if !labelTrue(in.Identity.Labels, excludeLBLabel) {
 		for _, p := range in.serviceCIDRs() {
-			add(p)
+			add(p, "service range of BGPConfiguration default")
 		}
 	}
 	for _, p := range in.serviceRoutes() {
-		add(p)
+		add(p, "address of a Service this node advertises")
 	}
 	rules := in.communityRules()
 	for i := range out {
@@ -325,7 +344,10 @@ func ParseCommunity(s string) (uint32, *LargeCommunity, error) {
 // bouncing off the default route (BIRD's static blackhole routes, which it
 // programs into the kernel). Blocks of VXLAN pools are left to the overlay
 // code, as Calico leaves them to Felix.
-func Blackholes(in RoutingInput) []routes.Route {
+func Blackholes(in RoutingInput) []routes.Route { return blackholes(in, nil) }
+
+// blackholes is Blackholes; skipped hears of the blocks left out and why.
+func blackholes(in RoutingInput, skipped func(p netip.Prefix, why string)) []routes.Route {
 	pools := in.pools()
 	var out []routes.Route
 	for _, b := range in.IPAM.Blocks {
@@ -333,6 +355,9 @@ func Blackholes(in RoutingInput) []routes.Route {
 			continue
 		}
 		if pl, ok := poolOf(pools, b); ok && pl.VXLANOn() {
+			if skipped != nil {
+				skipped(b.Masked(), "its block is in VXLAN IP pool "+pl.Name+": the overlay's, no blackhole")
+			}
 			continue
 		}
 		out = append(out, routes.Route{Dst: b.Masked(), Type: routes.Blackhole})
@@ -360,41 +385,66 @@ const ImportDevice = "tunl0"
 // next hop is in the node's subnet. A next hop that is this node is
 // dropped.
 func KernelRoutes(learned []Learned, in RoutingInput, originated []Advert) []routes.Route {
-	pools := in.pools()
-	skip := map[netip.Prefix]bool{}
-	for _, a := range originated {
-		skip[a.Prefix] = true
-	}
-	for _, p := range in.Identity.subnets() {
-		skip[p] = true
-	}
-	services := in.serviceCIDRs()
+	imp := newImporter(in, originated)
 	var out []routes.Route
 	for _, l := range learned {
-		if skip[l.Prefix] || !l.NextHop.IsValid() || l.NextHop == in.Identity.IPv4 || l.NextHop == in.Identity.IPv6 {
-			continue
+		if r, why := imp.route(l); why == "" {
+			out = append(out, r)
 		}
-		if containedIn(services, l.Prefix) {
-			continue
-		}
-		r := routes.Route{Dst: l.Prefix, Via: l.NextHop}
-		if pl, ok := poolOf(pools, l.Prefix); ok {
-			if pl.VXLANOn() {
-				continue
-			}
-			switch pl.IPIPMode {
-			case api.IPIPModeAlways:
-				r.Dev, r.OnLink = ImportDevice, true
-			case api.IPIPModeCrossSubnet:
-				if !in.Identity.sameSubnet(l.NextHop) {
-					r.Dev, r.OnLink = ImportDevice, true
-				}
-			}
-		}
-		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b routes.Route) int { return comparePrefix(a.Dst, b.Dst) })
 	return out
+}
+
+// importer is KernelRoutes' filter, one learned path at a time.
+type importer struct {
+	in       RoutingInput
+	pools    []api.Pool
+	skip     map[netip.Prefix]string
+	services []netip.Prefix
+}
+
+func newImporter(in RoutingInput, originated []Advert) importer {
+	imp := importer{in: in, pools: in.pools(), skip: map[netip.Prefix]string{}, services: in.serviceCIDRs()}
+	for _, a := range originated {
+		imp.skip[a.Prefix] = "this node originates it itself (" + a.Why + ")"
+	}
+	for _, p := range in.Identity.subnets() {
+		imp.skip[p] = "it is this node's own subnet: the kernel's connected route stays"
+	}
+	return imp
+}
+
+// route is the kernel route l asks for, or why it asks for none.
+func (imp importer) route(l Learned) (routes.Route, string) {
+	in := imp.in
+	if why, ok := imp.skip[l.Prefix]; ok {
+		return routes.Route{}, why
+	}
+	if !l.NextHop.IsValid() {
+		return routes.Route{}, "the path has no usable next hop"
+	}
+	if l.NextHop == in.Identity.IPv4 || l.NextHop == in.Identity.IPv6 {
+		return routes.Route{}, "its next hop " + l.NextHop.String() + " is this node"
+	}
+	if containedIn(imp.services, l.Prefix) {
+		return routes.Route{}, "it is inside a service range, which is never routed to one node"
+	}
+	r := routes.Route{Dst: l.Prefix, Via: l.NextHop}
+	if pl, ok := poolOf(imp.pools, l.Prefix); ok {
+		if pl.VXLANOn() {
+			return routes.Route{}, "it is in VXLAN IP pool " + pl.Name + ": the overlay routes it, not BGP"
+		}
+		switch pl.IPIPMode {
+		case api.IPIPModeAlways:
+			r.Dev, r.OnLink = ImportDevice, true
+		case api.IPIPModeCrossSubnet:
+			if !in.Identity.sameSubnet(l.NextHop) {
+				r.Dev, r.OnLink = ImportDevice, true
+			}
+		}
+	}
+	return r, ""
 }
 
 func (id Identity) subnets() []netip.Prefix {

@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,11 +18,16 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/agent/routeproto"
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
@@ -62,10 +68,46 @@ type fabric struct {
 	t      testing.TB
 	prefix string
 	bridge string
-	etcd   *etcdtest.Server
+	etcd   *etcdtest.Server // nil on KDD
 	store  datastore.Store
-	kv     *clientv3.Client
+	kv     *clientv3.Client  // etcd's; nil on KDD
+	kube   *kubetest.Cluster // the datastore on KDD; nil on etcd
 	vethN  int
+}
+
+// onBothDatastores runs fn on a fabric whose datastore is etcd and on one
+// whose datastore is the Kubernetes API.
+func onBothDatastores(t *testing.T, fn func(t *testing.T, f *fabric)) {
+	t.Run("etcd", func(t *testing.T) { fn(t, newFabric(t)) })
+	t.Run("kdd", func(t *testing.T) { fn(t, newKDDFabric(t)) })
+}
+
+// newKDDFabric is a fabric on the Kubernetes datastore: a kube-apiserver
+// with Calico's CRDs, relayed onto every host's loopback at its own
+// address, so the agents use its kubeconfig as it is.
+func newKDDFabric(t testing.TB) *fabric {
+	t.Helper()
+	needFabric(t)
+	f := &fabric{t: t, prefix: fmt.Sprintf("bgpt%d-%d", os.Getpid()%100000, fabricSeq.Add(1))}
+	f.kube = kubetest.Start(t, kubetest.WithoutControllerManager())
+	if out, err := f.kube.RunKubectl(nil, "apply", "-f", filepath.Join(testbin.RepoRoot(), "deploy", "crds.yaml")); err != nil {
+		t.Fatalf("apply CRDs: %v\n%s", err, out)
+	}
+	if out, err := f.kube.RunKubectl(nil, "wait", "--for=condition=Established", "--timeout=90s", "crd", "--all"); err != nil {
+		t.Fatalf("wait for CRDs: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := kdd.New(ctx, datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: f.kube.Kubeconfig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f.store = store
+	f.bridge = f.newNS("br")
+	f.ip(f.bridge, "link", "add", "br0", "type", "bridge")
+	f.ip(f.bridge, "link", "set", "br0", "up")
+	return f
 }
 
 func newFabric(t testing.TB) *fabric {
@@ -123,6 +165,9 @@ func (f *fabric) host(suffix, addr string) *host {
 	f.ip(f.bridge, "link", "set", peer, "master", "br0", "up")
 	f.ip(ns, "addr", "add", addr+"/24", "dev", "eth0")
 	f.ip(ns, "link", "set", "eth0", "up")
+	if f.kube != nil {
+		f.kube.RelayInto(f.t, "/var/run/netns/"+ns)
+	}
 	h, err := netns.GetFromName(ns)
 	if err != nil {
 		f.t.Fatal(err)
@@ -204,25 +249,44 @@ func (f *fabric) agent(h *host, node string, extra ...string) *agent {
 	f.t.Helper()
 	dir := f.t.TempDir()
 	a := &agent{f: f, h: h, node: node, dir: dir, socket: filepath.Join(dir, "bgp.sock"), extra: extra}
+	if f.kube != nil {
+		// The Kubernetes Node kubelet registers; the agent waits for it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := f.kube.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
+			Labels: map[string]string{"kubernetes.io/hostname": node}}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			f.t.Fatalf("create Kubernetes Node %s: %v", node, err)
+		}
+	}
 	a.start(f.t)
 	return a
 }
 
 func (a *agent) start(t testing.TB) {
 	t.Helper()
-	args := append([]string{testbin.Path(t), "run",
-		"--etcd-endpoints=" + a.f.etcd.UnixEndpoint,
-		"--nodename=" + a.node,
-		"--ip=" + a.h.addr.String() + "/24",
+	var datastoreArgs []string
+	if a.f.kube != nil {
+		datastoreArgs = []string{"--datastore-type=kubernetes", "--kubeconfig=" + a.f.kube.Kubeconfig}
+	} else {
+		datastoreArgs = []string{"--etcd-endpoints=" + a.f.etcd.UnixEndpoint}
+	}
+	// The endpoint status files in the agent's directory, not the
+	// machine's /var/run/calico (env execs the agent in place).
+	args := append(append([]string{"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + a.dir, testbin.Path(t), "run"}, datastoreArgs...),
+		"--nodename="+a.node,
+		"--ip="+a.h.addr.String()+"/24",
 		"--no-default-pools",
-		"--data-dir=" + a.dir,
-		"--bgp-status-socket=" + a.socket,
+		"--data-dir="+a.dir,
+		"--bgp-status-socket="+a.socket,
 		// Not the machine's /var/run/calico/cni.sock: other tests' plugins
 		// must not reach these agents.
-		"--cni-socket=" + filepath.Join(a.dir, "cni.sock"),
+		"--cni-socket="+filepath.Join(a.dir, "cni.sock"),
+		"--status-socket="+filepath.Join(a.dir, "status.sock"),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
-	}, a.extra...)
+	)
+	args = append(args, a.extra...)
 	a.p = startProc(t, a.node, a.h.ns, args...)
 }
 
@@ -332,19 +396,21 @@ func (f *fabric) applyYAML(path string) {
 // label sets labels on a registered Node.
 func (f *fabric) label(node string, kv ...string) {
 	f.t.Helper()
-	f.updateNode(node, "label", func(n *api.Node) {
+	f.updateNode(node, "label", func(n *api.Node) error {
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			n.Labels[kv[i]] = kv[i+1]
 		}
+		return nil
 	})
 }
 
 // updateNode applies change to a registered Node, retrying while the
-// node's agent registers it or races the write; what names the change.
-func (f *fabric) updateNode(node, what string, change func(*api.Node)) {
+// node's agent registers it or races the write, or change refuses the
+// Node as it is yet; what names the change.
+func (f *fabric) updateNode(node, what string, change func(*api.Node) error) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -353,9 +419,10 @@ func (f *fabric) updateNode(node, what string, change func(*api.Node)) {
 		obj, err := f.store.Get(ctx, "Node", "", node)
 		if err == nil {
 			n := obj.(*api.Node)
-			change(n)
-			if _, err = f.store.Update(ctx, n); err == nil {
-				return
+			if err = change(n); err == nil {
+				if _, err = f.store.Update(ctx, n); err == nil {
+					return
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -365,14 +432,40 @@ func (f *fabric) updateNode(node, what string, change func(*api.Node)) {
 	}
 }
 
-func (f *fabric) put(key string, v any) { putJSON(f.t, f.kv, key, v) }
+// put writes an IPAM key: straight into etcd, or through the Kubernetes
+// datastore's IPAM store onto its custom resource.
+func (f *fabric) put(key string, v any) {
+	f.t.Helper()
+	if f.kube == nil {
+		putJSON(f.t, f.kv, key, v)
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.kvWrite(datastore.Op{Type: datastore.OpPut, Key: key, Value: b})
+}
 
 func (f *fabric) del(key string) {
 	f.t.Helper()
+	if f.kube != nil {
+		f.kvWrite(datastore.Op{Type: datastore.OpDelete, Key: key})
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := f.kv.Delete(ctx, key); err != nil {
 		f.t.Fatal(err)
+	}
+}
+
+func (f *fabric) kvWrite(op datastore.Op) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := f.store.IPAM().Txn(ctx, datastore.Txn{Ops: []datastore.Op{op}}); err != nil || !res.Succeeded {
+		f.t.Fatalf("write %s: %v %v", op.Key, res, err)
 	}
 }
 

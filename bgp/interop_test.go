@@ -66,10 +66,15 @@ template bgp node {
 
 // TestBIRDExternalPeer: BIRD as an eBGP top-of-rack router learns the pod
 // blocks from the meshed nodes and advertises a route in a pool (and one
-// outside every pool) that the nodes install.
+// outside every pool) that the nodes install. It runs on both
+// datastores: on the Kubernetes API the BGPPeer is a custom resource and
+// the mesh is made of the Kubernetes Nodes the agents registered on.
 func TestBIRDExternalPeer(t *testing.T) {
-	f := newFabric(t)
 	needBIRD(t)
+	onBothDatastores(t, testBIRDExternalPeer)
+}
+
+func testBIRDExternalPeer(t *testing.T, f *fabric) {
 	f.apply(
 		poolObj("pool", "10.244.0.0/16"),
 		bgpPeerObj("tor", api.BGPPeerSpec{PeerIP: "192.0.2.1", ASNumber: 65000}),

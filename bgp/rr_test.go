@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,9 +11,12 @@ import (
 // TestCalicoNodeRouteReflector: with the mesh off, one of our own nodes
 // (routeReflectorClusterID set, selected by a BGPPeer's peerSelector) is
 // the route reflector. The other nodes peer only with it and learn each
-// other's blocks through it, next hop unchanged, as in Calico.
-func TestCalicoNodeRouteReflector(t *testing.T) {
-	f := newFabric(t)
+// other's blocks through it, next hop unchanged, as in Calico. On the
+// Kubernetes datastore the reflector's label and cluster ID are its Node's
+// projectcalico.org annotations and the peering a custom resource.
+func TestCalicoNodeRouteReflector(t *testing.T) { onBothDatastores(t, testCalicoNodeRouteReflector) }
+
+func testCalicoNodeRouteReflector(t *testing.T, f *fabric) {
 	f.apply(
 		poolObj("pool", "10.244.0.0/16"),
 		bgpConfigObj("default", func(s *api.BGPConfigurationSpec) { s.NodeToNodeMeshEnabled = ptr(false) }),
@@ -42,5 +46,12 @@ func TestCalicoNodeRouteReflector(t *testing.T) {
 // setClusterID sets spec.bgp.routeReflectorClusterID on a registered Node.
 func (f *fabric) setClusterID(node, id string) {
 	f.t.Helper()
-	f.updateNode(node, "set the cluster ID of", func(n *api.Node) { n.Spec.BGP.RouteReflectorClusterID = id })
+	f.updateNode(node, "set the cluster ID of", func(n *api.Node) error {
+		if n.Spec.BGP == nil {
+			// On KDD the Node is there before the agent registered on it.
+			return fmt.Errorf("node %s has no BGP spec yet", node)
+		}
+		n.Spec.BGP.RouteReflectorClusterID = id
+		return nil
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -295,9 +296,17 @@ const (
 )
 
 func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
+	req, _ := policyDefs(f)
+	return req
+}
+
+// policyDefs is the policy request, and what each of its statements
+// stands for (by statement name), for `bgp why`.
+func policyDefs(f ExportFilter) (*api.SetPoliciesRequest, map[string]string) {
 	req := &api.SetPoliciesRequest{}
+	labels := map[string]string{}
 	var stmts []*api.Statement
-	nbrSet := func(name string, addrs []netip.Addr, action *api.NexthopAction) {
+	nbrSet := func(name string, addrs []netip.Addr, action *api.NexthopAction, label string) {
 		if len(addrs) == 0 {
 			return
 		}
@@ -311,20 +320,23 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: name}},
 			Actions:    &api.Actions{Nexthop: action},
 		})
+		labels[name] = label
 	}
-	nbrSet("calico-nexthop-keep", f.KeepNextHop, &api.NexthopAction{Unchanged: true})
-	nbrSet("calico-nexthop-self", f.SelfNextHop, &api.NexthopAction{Self: true})
+	nbrSet("calico-nexthop-keep", f.KeepNextHop, &api.NexthopAction{Unchanged: true}, "keep the original next hop (BGPPeer keepOriginalNextHop / nextHopMode Keep)")
+	nbrSet("calico-nexthop-self", f.SelfNextHop, &api.NexthopAction{Self: true}, "next hop self (BGPPeer nextHopMode Self)")
 	// The BGPFilters come first: in BIRD they run before Calico's own
 	// export filter, on locally originated routes too.
 	fp := buildFilterPolicy(f.PeerFilters, f.Specs)
 	req.DefinedSets = append(req.DefinedSets, fp.defined...)
 	stmts = append(stmts, fp.exports...)
+	maps.Copy(labels, fp.labels)
+	labels["calico-local"] = "Calico export: a route this node originates"
 	stmts = append(stmts, &api.Statement{
 		Name:       "calico-local",
 		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
 		Actions:    &api.Actions{RouteAction: api.RouteAction_ACCEPT},
 	})
-	prefixSet := func(name string, ps []netip.Prefix, exact bool, action api.RouteAction) {
+	prefixSet := func(name string, ps []netip.Prefix, exact bool, action api.RouteAction, label string) {
 		// gobgp wants one address family per set.
 		for _, v4 := range []bool{true, false} {
 			fam := "-v6"
@@ -346,6 +358,7 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 				continue
 			}
 			req.DefinedSets = append(req.DefinedSets, ds)
+			labels[ds.Name] = label
 			stmts = append(stmts, &api.Statement{
 				Name:       ds.Name,
 				Conditions: &api.Conditions{PrefixSet: &api.MatchSet{Type: api.MatchSet_ANY, Name: ds.Name}},
@@ -353,9 +366,9 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 			})
 		}
 	}
-	prefixSet("calico-no-export-pools", f.Reject, false, api.RouteAction_REJECT)
-	prefixSet("calico-pools", f.Accept, false, api.RouteAction_ACCEPT)
-	prefixSet("calico-services", f.Services, false, api.RouteAction_ACCEPT)
+	prefixSet("calico-no-export-pools", f.Reject, false, api.RouteAction_REJECT, "Calico export: inside an IP pool with disableBGPExport")
+	prefixSet("calico-pools", f.Accept, false, api.RouteAction_ACCEPT, "Calico export: inside an IP pool")
+	prefixSet("calico-services", f.Services, false, api.RouteAction_ACCEPT, "Calico export: a service address")
 	pol := &api.Policy{Name: exportPolicy, Statements: stmts}
 	req.Policies = []*api.Policy{pol}
 	req.Assignments = []*api.PolicyAssignment{{
@@ -370,7 +383,9 @@ func policyRequest(f ExportFilter) *api.SetPoliciesRequest {
 		Name: "global", Direction: api.PolicyDirection_IMPORT,
 		Policies: []*api.Policy{{Name: importPolicy}}, DefaultAction: api.RouteAction_ACCEPT,
 	})
-	return req
+	labels[defaultLabel(api.PolicyDirection_EXPORT)] = "Calico export: nothing else is passed on (outside every IP pool and service address)"
+	labels[defaultLabel(api.PolicyDirection_IMPORT)] = "Calico import: everything no BGPFilter rule rejects"
+	return req, labels
 }
 
 // syncPaths originates what is wanted and withdraws what is not.

@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -189,11 +190,104 @@ func Readiness(peers []PeerStatus, age, threshold time.Duration) (bool, string) 
 	}
 }
 
-// writeStatus sends st as JSON on c and closes it.
-func writeStatus(c net.Conn, st Status) {
+// The status socket's protocol: the client sends one request line,
+// {"query":"status"|"routes"|"why","prefix":"..."}, and reads one JSON
+// document: the Status for "status", a queryReply for the others. A
+// client that sends nothing (the first version of the protocol) gets the
+// status after requestWait.
+type queryRequest struct {
+	Query  string `json:"query"`
+	Prefix string `json:"prefix,omitempty"`
+}
+
+type queryReply struct {
+	Error  string        `json:"error,omitempty"`
+	Routes *RoutesReport `json:"routes,omitempty"`
+	Why    *WhyReport    `json:"why,omitempty"`
+}
+
+const (
+	requestWait = time.Second
+	// queryTimeout bounds the gobgp and kernel reads of one answer.
+	queryTimeout = 10 * time.Second
+	// maxQueries answered at once; more wait for a slot.
+	maxQueries = 4
+)
+
+// serveQueries answers every connection on l until l is closed, a few at
+// a time, and returns once the answers under way are written.
+func (a *Actor) serveQueries(ctx context.Context, l net.Listener) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, maxQueries)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			a.answer(ctx, c)
+		})
+	}
+}
+
+func (a *Actor) answer(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(requestWait))
+	var req queryRequest
+	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadBytes('\n')
+	if len(line) > 0 {
+		if jerr := json.Unmarshal(line, &req); jerr != nil {
+			req.Query = "invalid"
+		}
+	} else if err == nil {
+		req.Query = "invalid"
+	}
+	var out any
+	switch req.Query {
+	case "", "status":
+		out = a.book.snapshot()
+	case "routes":
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		rep, err := a.Routes(qctx)
+		cancel()
+		out = replyOf(queryReply{Routes: rep}, err)
+	case "why":
+		p, perr := parsePrefixArg(req.Prefix)
+		if perr != nil {
+			out = replyOf(queryReply{}, perr)
+			break
+		}
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		rep, err := a.Why(qctx, p)
+		cancel()
+		out = replyOf(queryReply{Why: rep}, err)
+	default:
+		out = queryReply{Error: fmt.Sprintf("unknown query %q", req.Query)}
+	}
 	c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	json.NewEncoder(c).Encode(st)
-	c.Close()
+	json.NewEncoder(c).Encode(out)
+}
+
+func replyOf(r queryReply, err error) queryReply {
+	if err != nil {
+		return queryReply{Error: err.Error()}
+	}
+	return r
+}
+
+// parsePrefixArg reads a prefix, or an address as its host prefix.
+func parsePrefixArg(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a prefix (10.244.1.0/26) or an address", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // listenStatus creates the status socket, replacing a stale one left by a
@@ -218,20 +312,66 @@ var ErrNotRunning = errors.New("Calico process is not running.") //nolint:static
 
 // QueryStatus asks the agent listening on the socket at path.
 func QueryStatus(ctx context.Context, path string) (*Status, error) {
+	var st Status
+	if err := query(ctx, path, queryRequest{Query: "status"}, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// QueryRoutes asks the agent for its paths (`calicoctl node routes`).
+func QueryRoutes(ctx context.Context, path string) (*RoutesReport, error) {
+	var r queryReply
+	if err := query(ctx, path, queryRequest{Query: "routes"}, &r); err != nil {
+		return nil, err
+	}
+	if r.Error != "" || r.Routes == nil {
+		return nil, replyError(r)
+	}
+	return r.Routes, nil
+}
+
+// QueryWhy asks the agent to explain prefix (`calicoctl node bgp why`).
+func QueryWhy(ctx context.Context, path, prefix string) (*WhyReport, error) {
+	var r queryReply
+	if err := query(ctx, path, queryRequest{Query: "why", Prefix: prefix}, &r); err != nil {
+		return nil, err
+	}
+	if r.Error != "" || r.Why == nil {
+		return nil, replyError(r)
+	}
+	return r.Why, nil
+}
+
+// ErrAgent is an error the agent answered with.
+var ErrAgent = errors.New("the agent answered")
+
+func replyError(r queryReply) error {
+	if r.Error == "" {
+		// An agent that predates the query answers with its status.
+		return fmt.Errorf("%w with no answer to the query: it may be older than this client", ErrAgent)
+	}
+	return fmt.Errorf("%w: %s", ErrAgent, r.Error)
+}
+
+func query(ctx context.Context, path string, req queryRequest, out any) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v)", ErrNotRunning, err)
+		return fmt.Errorf("%w (%v)", ErrNotRunning, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	var st Status
-	if err := json.NewDecoder(c).Decode(&st); err != nil {
-		return nil, fmt.Errorf("read status from %s: %w", path, err)
+	b, _ := json.Marshal(req)
+	// An agent of the first protocol writes its status without reading:
+	// a failed write is no reason not to read that.
+	c.Write(append(b, '\n'))
+	if err := json.NewDecoder(c).Decode(out); err != nil {
+		return fmt.Errorf("read %s answer from %s: %w", req.Query, path, err)
 	}
-	return &st, nil
+	return nil
 }
 
 // WriteStatus prints st the way `calicoctl node status` does.

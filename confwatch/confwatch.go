@@ -70,12 +70,25 @@ type entry struct {
 	rev int64
 }
 
+// HealthReporter receives the watcher's health: always live (an
+// unreachable datastore is no reason to restart the agent, whose dataplane
+// stays as it is), ready while the cache is in sync with a datastore that
+// answers. A health.Reporter is one.
+type HealthReporter interface {
+	Report(live, ready bool, detail string)
+}
+
 // Watcher is the cache actor.
 type Watcher struct {
 	src    Source
 	log    *slog.Logger
 	kinds  []string
 	synced chan struct{}
+	health HealthReporter // nil: none
+
+	// unreachable is when the datastore stopped answering the watch
+	// (zero while it answers); owned by Run.
+	unreachable time.Time
 
 	// mu guards subs, cache and isSynced. Only Run writes the cache; the
 	// lock lets Subscribe take a consistent snapshot from any goroutine.
@@ -122,6 +135,17 @@ func New(src Source, logger *slog.Logger, reg prometheus.Registerer) *Watcher {
 	return w
 }
 
+// ReportHealthTo makes the watcher report its health to r from Run on:
+// waiting for the datastore, in sync, or the datastore unreachable since
+// when (not ready, still live). Call it before Run.
+func (w *Watcher) ReportHealthTo(r HealthReporter) { w.health = r }
+
+func (w *Watcher) report(ready bool, detail string) {
+	if w.health != nil {
+		w.health.Report(true, ready, detail)
+	}
+}
+
 // Synced is closed once the first complete list is in the cache.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
@@ -154,6 +178,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	events := w.src.Watch(ctx, "", rev+1)
 	w.markSynced()
 	w.log.Info("in sync", "resources", len(w.cache), "revision", rev)
+	w.report(true, "in sync")
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,6 +235,7 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 		}
 		w.errs.Inc()
 		w.log.Warn("initial list failed, retrying", "err", err, "kinds left", len(pending), "backoff", backoff)
+		w.report(false, "waiting for datastore: "+err.Error())
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
@@ -217,6 +243,23 @@ func (w *Watcher) initialList(ctx context.Context) (int64, error) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// Load reads the resources of kinds from src once: what a Watcher's
+// cache holds when it is in sync, for the commands that compute what the
+// actors would (calicoctl policy explain, calico-node plan).
+func Load(ctx context.Context, src Source, kinds ...string) (map[Key]api.Object, error) {
+	out := map[Key]api.Object{}
+	for _, kind := range kinds {
+		objs, _, err := src.List(ctx, kind, "")
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", kind, err)
+		}
+		for _, o := range objs {
+			out[KeyOf(o)] = o
+		}
+	}
+	return out, nil
 }
 
 func (w *Watcher) markSynced() {
@@ -233,11 +276,15 @@ func (w *Watcher) handle(ev datastore.Event) {
 	switch {
 	case ev.Err != nil:
 		w.errs.Inc()
-		w.log.Warn("datastore watch", "err", ev.Err)
+		w.watchError(ev.Err)
+		return
+	case ev.Type == datastore.InSync:
+		w.reachable()
 		return
 	case ev.Type == datastore.Reset:
 		w.resets.Inc()
 		w.reset(ev.Objects)
+		w.reachable()
 		return
 	}
 	k := KeyOf(ev.Object)
@@ -269,6 +316,35 @@ func (w *Watcher) handle(ev datastore.Event) {
 	}
 	w.mu.Unlock()
 	w.updateGauge(k.Kind)
+}
+
+// watchError notes a problem the datastore's watch reported. An
+// unreachable datastore makes the watcher not ready until the stream is
+// current again; the cache, and so the dataplane, stay as they are. While
+// it lasts, the watch's retries (every source's, every few seconds) are
+// logged at debug level only.
+func (w *Watcher) watchError(err error) {
+	if !errors.Is(err, datastore.ErrUnavailable) {
+		w.log.Warn("datastore watch", "err", err)
+		return
+	}
+	if !w.unreachable.IsZero() {
+		w.log.Debug("datastore still unreachable", "since", w.unreachable, "err", err)
+		return
+	}
+	w.unreachable = time.Now()
+	w.log.Warn("datastore unreachable: keeping the cache and the dataplane as they are until it is back", "err", err)
+	w.report(false, "datastore unreachable since "+w.unreachable.Format(time.TimeOnly)+": "+err.Error())
+}
+
+// reachable is the stream being current again.
+func (w *Watcher) reachable() {
+	if w.unreachable.IsZero() {
+		return
+	}
+	w.log.Info("datastore reachable again, in sync", "outage", time.Since(w.unreachable).Round(time.Millisecond), "resources", len(w.cache))
+	w.unreachable = time.Time{}
+	w.report(true, "in sync")
 }
 
 // reset replaces the cache with a full relist, publishing the difference.

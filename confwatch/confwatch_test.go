@@ -3,10 +3,12 @@ package confwatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -266,6 +268,82 @@ func TestNextHonoursContext(t *testing.T) {
 	defer cancel()
 	if _, err := s.Next(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Next on an idle subscription with a done ctx = %v", err)
+	}
+}
+
+// healthLog records every report, in order.
+type healthLog struct {
+	mu      sync.Mutex
+	reports []string
+}
+
+func (h *healthLog) Report(live, ready bool, detail string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reports = append(h.reports, fmt.Sprintf("live=%v ready=%v %s", live, ready, detail))
+}
+
+func (h *healthLog) last() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.reports) == 0 {
+		return ""
+	}
+	return h.reports[len(h.reports)-1]
+}
+
+// An unreachable datastore makes the watcher not ready, still live, with
+// the error in the detail, and keeps the cache; the stream's InSync (or a
+// Reset) makes it ready again. Other watch errors (an object that does not
+// decode) change nothing.
+func TestHealthFollowsTheDatastore(t *testing.T) {
+	unreachable := &datastore.Error{Op: "watch", Kind: "IPPool", Err: fmt.Errorf("kubernetes API server https://10.0.0.1:6443 unreachable: %w", datastore.ErrUnavailable)}
+	for _, tc := range []struct {
+		name   string
+		events []datastore.Event
+		want   string // the last report, as a prefix
+	}{
+		{"in sync", nil, "live=true ready=true in sync"},
+		{"a bad object", []datastore.Event{{Err: &datastore.Error{Op: "watch", Kind: "IPPool", Err: errors.New("decode: bad")}}}, "live=true ready=true in sync"},
+		{"unreachable", []datastore.Event{{Err: unreachable}, {Err: unreachable}},
+			"live=true ready=false datastore unreachable since "},
+		{"back: InSync", []datastore.Event{{Err: unreachable}, {Type: datastore.InSync}}, "live=true ready=true in sync"},
+		{"back: Reset", []datastore.Event{{Err: unreachable}, {Type: datastore.Reset, Objects: []api.Object{pool("a", 5)}}}, "live=true ready=true in sync"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.objs["IPPool"] = []api.Object{pool("a", 5)}
+			h := &healthLog{}
+			w := New(f, quiet(), nil)
+			w.ReportHealthTo(h)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			sub := w.Subscribe()
+			next(t, sub)
+			for _, ev := range tc.events {
+				f.events <- ev
+			}
+			// A change after the events shows they were all handled.
+			f.events <- datastore.Event{Type: datastore.Added, Object: pool("z", 50), Revision: 50}
+			if ups := next(t, sub); len(ups) != 1 || ups[0].Key.Name != "z" {
+				t.Fatalf("updates %v, want z added", names(ups))
+			}
+			got := h.last()
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("last report %q, want %q...", got, tc.want)
+			}
+			if tc.name == "unreachable" && !strings.Contains(got, "https://10.0.0.1:6443 unreachable") {
+				t.Errorf("report %q does not say what is unreachable", got)
+			}
+			w.mu.Lock()
+			_, ok := w.cache[Key{Kind: "IPPool", Name: "a"}]
+			w.mu.Unlock()
+			if !ok {
+				t.Error("the cache lost pool a")
+			}
+		})
 	}
 }
 

@@ -18,6 +18,12 @@
 // ordinary Set/Delete updates: subscribers never see a reset. Nothing is
 // delivered to subscribers before the first complete list (in-sync).
 //
+// An unreachable datastore (an error event matching
+// datastore.ErrUnavailable) changes nothing in the cache, so nothing
+// downstream changes either: the watcher reports itself not ready (still
+// live) with the error, logs the outage once, and is ready again when the
+// stream says it is current (InSync, or a Reset).
+//
 // Subscribers never block the watcher: each has a pending queue that the
 // watcher appends to and the subscriber drains, so a slow consumer receives
 // its updates batched rather than stalling everyone.

@@ -28,7 +28,9 @@ import (
 // bench-dataplane; figures in docs/benchmarks.md): 1,000 local endpoints
 // and 500 policies compiled, programmed into a fresh namespace, the same
 // payload given to iptables-restore alone, and the latency from a policy
-// change in etcd to its rule being in the kernel. DATAPLANE_BENCH_EPS,
+// change in etcd to the kernel (the mix: a rule's port, a
+// selector, a pod's label, a new policy, a deleted one), and the process
+// RSS after it. DATAPLANE_BENCH_EPS,
 // DATAPLANE_BENCH_POLICIES and DATAPLANE_BENCH_CHANGES scale it.
 func BenchmarkDataplane(b *testing.B) {
 	if os.Getenv(nodeNetNSEnv) == "" {
@@ -89,7 +91,8 @@ func BenchmarkDataplane(b *testing.B) {
 
 		// 4. Change-to-kernel latency through etcd, confwatch and the
 		// policy actor, programming the namespace of step 2.
-		lat := changeLatency(b, first, be, objs, nChange, logger)
+		var rss int64
+		lat := changeLatency(b, first, be, objs, nChange, logger, &rss)
 		// The last change's payload restored alone into the same, fully
 		// programmed namespace: what iptables-restore itself needs for
 		// one changed chain next to 31k rules (iptables-nft reads the
@@ -106,6 +109,7 @@ func BenchmarkDataplane(b *testing.B) {
 		slices.Sort(alone)
 
 		b.ReportMetric(float64(compile.Milliseconds()), "compile-ms")
+		b.ReportMetric(float64(rss>>20), "process-rss-MiB")
 		b.ReportMetric(float64(len(iptPayload)), "restore-bytes")
 		b.ReportMetric(float64(program.Milliseconds()), "first-program-ms")
 		b.ReportMetric(float64(restoreAlone.Milliseconds()), "restore-alone-ms")
@@ -118,15 +122,17 @@ func BenchmarkDataplane(b *testing.B) {
 			be.Mode, program.Round(time.Millisecond), ipsetAlone.Round(time.Millisecond), restoreAlone.Round(time.Millisecond), (ipsetAlone + restoreAlone).Round(time.Millisecond))
 		b.Logf("policy change in etcd -> rule in kernel, %d changes: p50 %s, p99 %s, max %s",
 			len(lat), lat[len(lat)/2].Round(time.Millisecond), lat[(len(lat)*99-1)/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+		b.Logf("benchmark process RSS after the changes (agent's policy actor and programmer, confwatch, plus this harness's own copies of the objects and results): %d MiB", rss>>20)
 		b.Logf("the last change's payload (%d bytes) restored alone, 20 times: p50 %s", len(lastChange), alone[len(alone)/2].Round(time.Millisecond))
 	}
 }
 
 // changeLatency stores objs in a fresh etcd, runs confwatch and the policy
-// actor against the namespace of r, and times n single-policy changes from
-// the etcd write to the end of the iptables-restore carrying them. Each
-// change is checked in the kernel (iptables-save) after it is timed.
-func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Object, n int, logger *slog.Logger) []time.Duration {
+// actor against the namespace of r, and times n changes (mixed, see the
+// loop) from the etcd write to the end of the Apply carrying them. Port
+// changes and new policies are checked in the kernel (iptables-save)
+// after they are timed; rss gets the process RSS after the last.
+func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Object, n int, logger *slog.Logger, rss *int64) []time.Duration {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -158,23 +164,81 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 		b.Fatal("policy actor did not program the snapshot")
 	}
 	var lat []time.Duration
+	origSel := target.Spec.Selector
 	for i := range n {
-		port := 20000 + i
-		obj, err := store.Get(ctx, "NetworkPolicy", target.Namespace, target.Name)
-		if err != nil {
-			b.Fatal(err)
+		// The mix, in turn: a rule's port, a policy's selector,
+		// a label on one pod, a new policy, that policy deleted.
+		var write func() error
+		port := 0 // checked in the kernel afterwards when set
+		switch i % 5 {
+		case 0:
+			port = 20000 + i
+			write = func() error {
+				np, err := getNP(ctx, store, target)
+				if err != nil {
+					return err
+				}
+				np.Spec.Ingress[0].Destination.Ports = []api.Port{api.SinglePort(uint16(port))}
+				_, err = store.Update(ctx, np)
+				return err
+			}
+		case 1:
+			write = func() error {
+				np, err := getNP(ctx, store, target)
+				if err != nil {
+					return err
+				}
+				if np.Spec.Selector == origSel {
+					// Still selecting its own pods (the port changes
+					// are checked in them), and ten more.
+					np.Spec.Selector = "(" + origSel + ") || app == 'app" + strconv.Itoa(10*(1+i%9)) + "'"
+				} else {
+					np.Spec.Selector = origSel
+				}
+				_, err = store.Update(ctx, np)
+				return err
+			}
+		case 2:
+			pod := (i * 7) % max(1, countKind(objs, "WorkloadEndpoint"))
+			write = func() error {
+				o, err := store.Get(ctx, "WorkloadEndpoint", "ns"+strconv.Itoa(pod%10), nodeName+"-k8s-pod"+strconv.Itoa(pod)+"-eth0")
+				if err != nil {
+					return err
+				}
+				w := o.(*api.WorkloadEndpoint)
+				w.Labels["app"] = "app" + strconv.Itoa((i/5)%100)
+				_, err = store.Update(ctx, w)
+				return err
+			}
+		case 3:
+			port = 30000 + i
+			write = func() error {
+				np := &api.NetworkPolicy{TypeMeta: target.TypeMeta,
+					ObjectMeta: api.ObjectMeta{Name: "bench-new", Namespace: target.Namespace},
+					Spec: api.NetworkPolicySpec{Order: new(0.5), Selector: target.Spec.Selector,
+						Ingress: []api.Rule{{Action: api.Allow, Protocol: new(api.ProtocolFromString("TCP")),
+							Destination: api.EntityRule{Ports: []api.Port{api.SinglePort(uint16(port))}}}}}}
+				_, err := store.Create(ctx, np)
+				return err
+			}
+		case 4:
+			write = func() error {
+				_, err := store.Delete(ctx, "NetworkPolicy", target.Namespace, "bench-new", "")
+				return err
+			}
 		}
-		np := obj.(*api.NetworkPolicy)
-		np.Spec.Ingress[0].Destination.Ports = []api.Port{api.SinglePort(uint16(port))}
 		start := time.Now()
-		if _, err := store.Update(ctx, np); err != nil {
-			b.Fatal(err)
+		if err := write(); err != nil {
+			b.Fatalf("change %d: %v", i, err)
 		}
 		select {
 		case done := <-applied:
 			lat = append(lat, done.Sub(start))
 		case <-time.After(time.Minute):
 			b.Fatalf("change %d not programmed within a minute", i)
+		}
+		if port == 0 {
+			continue
 		}
 		save, err := r.Run(ctx, be.Save, []string{"-t", "filter"}, "")
 		if err != nil {
@@ -184,8 +248,48 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 			b.Fatalf("change %d: no rule for port %d in the kernel", i, port)
 		}
 	}
+	*rss = vmRSS(b)
 	slices.Sort(lat)
 	return lat
+}
+
+func getNP(ctx context.Context, store interface {
+	Get(ctx context.Context, kind, namespace, name string) (api.Object, error)
+}, target *api.NetworkPolicy) (*api.NetworkPolicy, error) {
+	o, err := store.Get(ctx, "NetworkPolicy", target.Namespace, target.Name)
+	if err != nil {
+		return nil, err
+	}
+	return o.(*api.NetworkPolicy), nil
+}
+
+func countKind(objs []api.Object, kind string) int {
+	n := 0
+	for _, o := range objs {
+		if o.Type().Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// vmRSS is this process's resident set size.
+func vmRSS(b *testing.B) int64 {
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
 
 // notifyApplier reports the end of every successful Apply.

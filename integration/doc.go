@@ -25,6 +25,14 @@
 // the next refresh (FELIX_IPTABLESREFRESHINTERVAL) and another program's
 // rules are never touched.
 //
+// kdd_test.go runs the same node on the Kubernetes datastore: a real
+// kube-apiserver (package kubetest) on the node namespace's loopback, the
+// agent with DATASTORE_TYPE=kubernetes, pods created as Kubernetes Pods
+// before their CNI ADD. TestKDDAPIServerOutage stops and restarts the API
+// server under a running agent and under one restarted meanwhile.
+// CALICO_INTEGRATION_LOGDIR=<dir> keeps every agent's whole log there;
+// CALICO_INTEGRATION_LOGLEVEL sets the agents' --log-level.
+//
 // bench_test.go and throughput_test.go are `make bench-dataplane`: the
 // compiler and xtables.Programmer at 1,000 endpoints and 500 policies, the
 // change-to-kernel latency through etcd, confwatch and agent.Policy, and

@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// calicoctl runs the binary as calicoctl against the node's etcd.
-func (n *node) calicoctl(t *testing.T, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(n.binDir, "calicoctl"), args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "ETCD_ENDPOINTS=" + strings.Join(n.etcd.Endpoints, ",")}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("calicoctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 // TestLockedDatastore: `calicoctl datastore migrate lock` on a running
 // node, as the migration's first step. As under Felix, the dataplane
 // stays as it is (a policy written meanwhile takes no effect, iptables is
@@ -34,6 +20,7 @@ func (n *node) calicoctl(t *testing.T, args ...string) string {
 // and the CNI plugin refuses new pods; `unlock` programs what changed.
 func TestLockedDatastore(t *testing.T) {
 	n := newNode(t)
+	n.apply(t, policyPool)
 	n.apply(t, namespaceProfiles)
 	n.kube.addNamespace("prod", map[string]string{"env": "prod"})
 	n.kube.addNamespace("dev", map[string]string{"env": "dev"})

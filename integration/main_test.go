@@ -4,7 +4,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
@@ -19,8 +18,9 @@ func TestMain(m *testing.M) {
 			return nil, err
 		}
 		// This node's agent serves CNI on a socket of its own, and the
-		// plugins libcni runs here hand their commands to it.
-		return netnstest.PrivateSocket(cnientry.SocketEnv, "calico-integration")
+		// plugins libcni runs here hand their commands to it; its status
+		// socket and endpoint status files are the node's own too.
+		return netnstest.PrivateRunDir("calico-integration")
 	})
 }
 

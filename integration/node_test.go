@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -50,20 +52,26 @@ const (
 	resync = 2 * time.Second
 )
 
-// node is the test node: etcd, a fake Kubernetes API, the agent and the
-// CNI plugin, all in this process's (private) network namespace.
+// node is the test node: etcd and a fake Kubernetes API (newNode), or a
+// real kube-apiserver as the datastore (newKDDNode, kdd_test.go), the
+// agent and the CNI plugin, all in this process's (private) network
+// namespace.
 type node struct {
 	t       *testing.T
 	ctx     context.Context
-	etcd    *etcdtest.Server
+	etcd    *etcdtest.Server // nil on KDD
 	store   datastore.Store
-	kube    *fakeKube
+	kube    *fakeKube         // nil on KDD
+	kc      *kubetest.Cluster // the datastore on KDD; nil on etcd
 	binDir  string
 	dataDir string
-	cni     *libcni.CNIConfig
-	conf    *libcni.NetworkConfigList
-	ext     ns.NetNS // the outside, behind uplink0
-	agent   proc
+	// lockFile is the plugins' IPAM lock (not the machine's); kubeconfig
+	// their way to the fake API.
+	lockFile, kubeconfig string
+	cni                  *libcni.CNIConfig
+	conf                 *libcni.NetworkConfigList
+	ext                  ns.NetNS // the outside, behind uplink0
+	agent                proc
 }
 
 func newNode(t *testing.T) *node {
@@ -79,23 +87,40 @@ func newNode(t *testing.T) *node {
 
 	cacheDir := filepath.Join(t.TempDir(), "cni-cache")
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, cacheDir, nil)
-	conf, _ := json.Marshal(map[string]any{
-		"cniVersion": "1.0.0", "name": "k8s-pod-network",
-		"plugins": []any{map[string]any{
-			"type":           "calico",
-			"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
-			"nodename":       nodeName,
-			"mtu":            1500, // not the machine's /var/lib/calico/mtu
-			"ipam_lock_file": filepath.Join(t.TempDir(), "ipam.lock"),
-			"ipam":           map[string]any{"type": "calico-ipam"},
-			"kubernetes":     map[string]any{"kubeconfig": n.kube.kubeconfig(t)},
-		}},
-	})
-	var err error
-	if n.conf, err = libcni.ConfListFromBytes(conf); err != nil {
+	n.lockFile = filepath.Join(t.TempDir(), "ipam.lock")
+	n.kubeconfig = n.kube.kubeconfig(t)
+	n.conf = n.confList(t, nil)
+	return n
+}
+
+// confList is the node's CNI network configuration with extra fields
+// of the calico plugin's (nil values delete).
+func (n *node) confList(t testing.TB, extra map[string]any) *libcni.NetworkConfigList {
+	t.Helper()
+	plugin := map[string]any{
+		"type":           "calico",
+		"etcd_endpoints": strings.Join(n.etcd.Endpoints, ","),
+		"nodename":       nodeName,
+		"mtu":            1500, // not the machine's /var/lib/calico/mtu
+		"ipam_lock_file": n.lockFile,
+		"ipam":           map[string]any{"type": "calico-ipam"},
+		"kubernetes":     map[string]any{"kubeconfig": n.kubeconfig},
+		// The agent's, in the node's private run directory (TestMain).
+		"endpoint_status_dir": filepath.Join(os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"), "endpoint-status"),
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(plugin, k)
+		} else {
+			plugin[k] = v
+		}
+	}
+	conf, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "k8s-pod-network", "plugins": []any{plugin}})
+	list, err := libcni.ConfListFromBytes(conf)
+	if err != nil {
 		t.Fatalf("libcni rejects the config: %v", err)
 	}
-	return n
+	return list
 }
 
 // setupUplink gives the node its "NIC": uplink0 (nodeIP) with its peer in
@@ -145,26 +170,43 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// startAgent runs `calico-node run` with the dataplane on and BGP off.
+// startAgent runs `calico-node run` with the dataplane on and BGP off
+// and waits until it has programmed the dataplane.
 func (n *node) startAgent(t testing.TB) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(n.binDir, "calico-node"), "run",
-		"--etcd-endpoints="+strings.Join(n.etcd.Endpoints, ","),
+	n.launchAgent(t)
+	n.waitProgrammed(t, 1)
+}
+
+// launchAgent starts `calico-node run` and does not wait for it.
+func (n *node) launchAgent(t testing.TB) {
+	t.Helper()
+	var datastoreArgs []string
+	if n.kc != nil {
+		datastoreArgs = []string{"--datastore-type=kubernetes", "--kubeconfig=" + n.kc.Kubeconfig}
+	} else {
+		datastoreArgs = []string{"--etcd-endpoints=" + strings.Join(n.etcd.Endpoints, ",")}
+	}
+	cmd := exec.Command(filepath.Join(n.binDir, "calico-node"), append([]string{"run"}, append(datastoreArgs,
 		"--nodename="+nodeName,
 		"--ip="+nodeIP+"/24",
 		"--no-default-pools",
 		"--data-dir="+n.dataDir,
 		"--health-addr=127.0.0.1:9099",
-		"--log-level=info",
-	)
+		"--log-level="+cmp.Or(os.Getenv("CALICO_INTEGRATION_LOGLEVEL"), "info"),
+	)...)...)
 	cmd.Env = append(os.Environ(),
-		"ETCD_ENDPOINTS=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
+		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
 		"FELIX_IPTABLESREFRESHINTERVAL="+strconv.Itoa(int(resync/time.Second)),
 		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
 	// The agent outlives the subtest that (re)starts it: it belongs to
 	// the node's test.
 	n.agent = proc{proctest.Start(n.t, "calico-node", cmd)}
-	n.waitProgrammed(t, 1)
+	if dir := os.Getenv("CALICO_INTEGRATION_LOGDIR"); dir != "" {
+		// Every agent's whole output, for debugging a failure.
+		a, path := n.agent, filepath.Join(dir, fmt.Sprintf("%s-agent-%d.log", strings.ReplaceAll(n.t.Name(), "/", "_"), n.agent.Cmd.Process.Pid))
+		n.t.Cleanup(func() { os.WriteFile(path, []byte(a.Log.String()), 0o644) })
+	}
 }
 
 // waitProgrammed waits until the running agent has programmed the
@@ -238,15 +280,34 @@ type pod struct {
 	ip   string
 }
 
-// addPod registers the pod with the fake API and runs CNI ADD through
-// libcni exactly as a container runtime does; DEL runs in cleanup.
+// addPod registers the pod with the Kubernetes API (fake or real) and
+// runs CNI ADD through libcni exactly as a container runtime does; DEL
+// runs in cleanup.
 func (n *node) addPod(t *testing.T, namespace, name, sa string, labels map[string]string, ports ...corev1.ContainerPort) *pod {
 	t.Helper()
-	n.kube.addPod(&corev1.Pod{
+	k8sPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: sa,
-			Containers: []corev1.Container{{Name: "c", Ports: ports}}},
-	})
+			Containers: []corev1.Container{{Name: "c", Image: "none", Ports: ports}}},
+	}
+	if n.kc != nil {
+		n.createKubePod(t, k8sPod)
+	} else {
+		n.kube.addPod(k8sPod)
+	}
+	p, err := n.cniAdd(t, namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serve(t)
+	return p
+}
+
+// cniAdd runs CNI ADD for a pod in a new namespace as a container runtime
+// does (container ID "ctr-<name>") and registers its DEL for cleanup,
+// also when ADD fails, as a runtime cleans up a failed sandbox.
+func (n *node) cniAdd(t *testing.T, namespace, name string) (*pod, error) {
+	t.Helper()
 	netNS, err := testutils.NewNS()
 	if err != nil {
 		t.Fatalf("create pod netns: %v", err)
@@ -262,16 +323,16 @@ func (n *node) addPod(t *testing.T, namespace, name, sa string, labels map[strin
 		netNS.Close()
 		testutils.UnmountNS(netNS)
 	})
+	p := &pod{name: name, ns: netNS}
 	if err != nil {
-		t.Fatalf("CNI ADD %s/%s: %v", namespace, name, err)
+		return p, fmt.Errorf("CNI ADD %s/%s: %w", namespace, name, err)
 	}
 	res, err := types100.NewResultFromResult(r)
 	if err != nil || len(res.IPs) == 0 {
-		t.Fatalf("CNI ADD %s/%s: result %v: %v", namespace, name, r, err)
+		return p, fmt.Errorf("CNI ADD %s/%s: result %v: %v", namespace, name, r, err)
 	}
-	p := &pod{name: name, ns: netNS, ip: res.IPs[0].Address.IP.String()}
-	p.serve(t)
-	return p
+	p.ip = res.IPs[0].Address.IP.String()
+	return p, nil
 }
 
 // probePorts are where every pod (and the node) listens.

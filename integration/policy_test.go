@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -57,7 +58,9 @@ kind: Profile
 metadata: {name: ksa.dev.builder}
 spec:
   labelsToApply: {pcsa.projectcalico.org/name: builder}
----
+`
+
+const policyPool = `
 apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool}
@@ -160,15 +163,30 @@ func (c *cluster) probeAll() verdicts {
 	return v
 }
 
-func TestPolicyOnRealPackets(t *testing.T) {
-	n := newNode(t)
-	n.apply(t, namespaceProfiles)
-	n.kube.addNamespace("prod", map[string]string{"env": "prod"})
-	n.kube.addNamespace("dev", map[string]string{"env": "dev"})
+func TestPolicyOnRealPackets(t *testing.T) { testPolicyOnRealPackets(t, newNode(t)) }
+
+// testPolicyOnRealPackets runs the policy cases on either datastore. On
+// etcd the namespaces' and service accounts' profiles are written as
+// Calico resources (what the profile controllers write); on the Kubernetes
+// datastore Calico computes them from the Namespaces and ServiceAccounts.
+func testPolicyOnRealPackets(t *testing.T, n *node) {
+	n.apply(t, policyPool)
+	if n.kc == nil {
+		n.apply(t, namespaceProfiles)
+	}
+	n.addNamespace(t, "prod", map[string]string{"env": "prod"})
+	n.addNamespace(t, "dev", map[string]string{"env": "dev"})
 	// Another program's rules, there before the agent: they must survive.
 	run(t, "iptables", "-N", "OTHER-PROG")
 	run(t, "iptables", "-A", "OTHER-PROG", "-s", "203.0.113.7", "-j", "DROP")
 	run(t, "iptables", "-A", "FORWARD", "-s", "203.0.113.8", "-j", "ACCEPT")
+	t.Cleanup(func() {
+		// The package's tests share the node namespace: the next case
+		// (the other datastore's) adds them again.
+		exec.Command("iptables", "-D", "FORWARD", "-s", "203.0.113.8", "-j", "ACCEPT").Run()
+		exec.Command("iptables", "-F", "OTHER-PROG").Run()
+		exec.Command("iptables", "-X", "OTHER-PROG").Run()
+	})
 	other := func() string {
 		var fwd []string
 		for _, l := range strings.Split(run(t, "iptables", "-S", "FORWARD"), "\n") {
@@ -403,7 +421,20 @@ spec:
 				undo := n.apply(t, strings.ReplaceAll(tc.yaml, "BUILDER", c.builder.ip))
 				defer undo()
 			}
-			if tc.k8s != nil {
+			switch {
+			case tc.k8s != nil && n.kc != nil:
+				// Calico reads Kubernetes' own object.
+				knp := n.kc.Client.NetworkingV1().NetworkPolicies(tc.k8s.Namespace)
+				if _, err := knp.Create(n.ctx, tc.k8s, metav1.CreateOptions{}); err != nil {
+					t.Fatalf("create %s: %v", tc.k8s.Name, err)
+				}
+				defer func() {
+					if err := knp.Delete(n.ctx, tc.k8s.Name, metav1.DeleteOptions{}); err != nil {
+						t.Errorf("delete %s: %v", tc.k8s.Name, err)
+					}
+				}()
+			case tc.k8s != nil:
+				// What the policy controller writes.
 				np, err := k8spolicy.Convert(tc.k8s)
 				if err != nil {
 					t.Fatalf("convert: %v", err)
@@ -487,6 +518,11 @@ spec: {workloadSourceSpoofing: Any}
 		defer undo()
 		setPrefixes := func(prefixes ...string) {
 			t.Helper()
+			if n.kc != nil {
+				// On KDD the endpoint is the Pod's: its annotation.
+				n.annotatePod(t, "prod", "client", "cni.projectcalico.org/allowedSourcePrefixes", prefixes)
+				return
+			}
 			objs, _, err := n.store.List(n.ctx, "WorkloadEndpoint", "prod")
 			if err != nil {
 				t.Fatalf("list endpoints: %v", err)

@@ -23,7 +23,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
+	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -45,7 +45,8 @@ import (
 // route, the pod namespace holding the other end as eth0 with a default
 // route via 169.254.1.1, as Calico's CNI plugin sets them up. Each node
 // runs its own confwatch, routetable.Table and overlay actor in-process, with
-// netlink handles for its namespace, against one real etcd.
+// netlink handles for its namespace, against one real etcd (newLab) or
+// kube-apiserver (newKDDLab).
 
 // labNodeSpec places a node.
 type labNodeSpec struct {
@@ -61,7 +62,7 @@ var gateway = map[string]string{"a": "192.0.2.1", "b": "198.51.100.1"}
 type lab struct {
 	t      *testing.T
 	prefix string
-	etcd   *etcdtest.Server
+	etcd   *etcdtest.Server // nil on KDD (ds.kube)
 	ds     *dsFixture
 	nodes  map[string]*labNode
 	pods   int
@@ -114,11 +115,32 @@ func (l *lab) addNS(suffix string) string {
 func newLab(t *testing.T, specs ...labNodeSpec) *lab {
 	requireRoot(t)
 	srv := etcdtest.Start(t)
+	return buildLab(t, srv, newDS(t, srv), specs)
+}
+
+// newKDDLab is newLab on the Kubernetes datastore: the nodes' actors
+// read a kube-apiserver (in this process's namespace, as their stores
+// are), and each Node is the Kubernetes Node kubelet registered.
+func newKDDLab(t *testing.T, specs ...labNodeSpec) *lab {
+	requireRoot(t)
+	if testing.Short() {
+		t.Skip("-short: no kube-apiserver")
+	}
+	return buildLab(t, nil, newKDD(t), specs)
+}
+
+// onBothLabs runs fn on a lab on etcd and on one on the Kubernetes API.
+func onBothLabs(t *testing.T, fn func(t *testing.T, l *lab), specs ...labNodeSpec) {
+	t.Run("etcd", func(t *testing.T) { fn(t, newLab(t, specs...)) })
+	t.Run("kdd", func(t *testing.T) { fn(t, newKDDLab(t, specs...)) })
+}
+
+func buildLab(t *testing.T, srv *etcdtest.Server, ds *dsFixture, specs []labNodeSpec) *lab {
 	l := &lab{
 		t:      t,
 		prefix: fmt.Sprintf("ovl%d-%d", os.Getpid()%100000, time.Now().UnixNano()%100000),
 		etcd:   srv,
-		ds:     newDS(t, srv),
+		ds:     ds,
 		nodes:  map[string]*labNode{},
 	}
 	lan := l.addNS("lan")
@@ -167,7 +189,13 @@ func (l *lab) startGated(name string, gate Gate) {
 			l.t.Logf("%s log:\n%s", name, n.logs)
 		}
 	})
-	store, err := etcd.New(l.ds.ctx, datastore.Config{Endpoints: l.etcd.Endpoints})
+	var cfg datastore.Config
+	if l.ds.kube != nil {
+		cfg = datastore.Config{Type: datastore.TypeKubernetes, Kube: datastore.KubeConfig{Kubeconfig: l.ds.kube.Kubeconfig}}
+	} else {
+		cfg = datastore.Config{Endpoints: l.etcd.Endpoints}
+	}
+	store, err := connect.New(l.ds.ctx, cfg)
 	if err != nil {
 		l.t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
@@ -84,8 +86,9 @@ func sorted(s ...string) []string {
 // TestVXLAN: three nodes in two subnets, one VXLAN pool. Always: every
 // pod reaches every other through the tunnel; CrossSubnet: same-subnet
 // nodes route natively; a deleted node's entries go.
-func TestVXLAN(t *testing.T) {
-	l := newLab(t, threeNodes...)
+func TestVXLAN(t *testing.T) { onBothLabs(t, testVXLAN, threeNodes...) }
+
+func testVXLAN(t *testing.T, l *lab) {
 	pool := testPool("pool1", "10.244.0.0/16", vxlanMode(api.VXLANModeAlways))
 	l.ds.apply(t, pool)
 	for _, s := range threeNodes {
@@ -176,7 +179,12 @@ func TestVXLAN(t *testing.T) {
 	})
 
 	t.Run("node removed", func(t *testing.T) {
-		if _, err := l.ds.store.Delete(l.ds.ctx, "Node", "", "node3", ""); err != nil {
+		if l.ds.kube != nil {
+			// Calico deletes no Nodes on KDD: the Kubernetes Node goes.
+			if err := l.ds.kube.Client.CoreV1().Nodes().Delete(l.ds.ctx, "node3", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := l.ds.store.Delete(l.ds.ctx, "Node", "", "node3", ""); err != nil {
 			t.Fatal(err)
 		}
 		l.waitKernel("node1", kernelState{

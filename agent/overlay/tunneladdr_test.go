@@ -8,18 +8,36 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
-// dsFixture is one etcd with a store and an IPAM client.
+// dsFixture is one datastore with a store and an IPAM client.
 type dsFixture struct {
 	ctx   context.Context
 	store datastore.Store
 	ipam  *ipam.Client
+	kube  *kubetest.Cluster // the datastore on KDD; nil on etcd
+}
+
+// onBothDatastores runs fn on etcd and on the Kubernetes API (a
+// kube-apiserver with Calico's CRDs; skipped with -short).
+func onBothDatastores(t *testing.T, fn func(t *testing.T, f *dsFixture)) {
+	t.Run("etcd", func(t *testing.T) { fn(t, newDS(t, etcdtest.Start(t))) })
+	t.Run("kdd", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("-short: no kube-apiserver")
+		}
+		fn(t, newKDD(t))
+	})
 }
 
 func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
@@ -30,9 +48,55 @@ func newDS(t *testing.T, srv *etcdtest.Server) *dsFixture {
 	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil)}
 }
 
+func newKDD(t *testing.T) *dsFixture {
+	t.Helper()
+	c := kubetest.Start(t, kubetest.WithoutControllerManager())
+	c.InstallCalicoCRDs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	store := storetest.KDD(t, ctx, c)
+	return &dsFixture{ctx: ctx, store: store, ipam: ipam.New(store.IPAM(), store, nil), kube: c}
+}
+
+// annotations are the Kubernetes Node's annotations on KDD, where Calico
+// keeps a Node's tunnel addresses; nil on etcd.
+func (f *dsFixture) annotations(t *testing.T, name string) map[string]string {
+	t.Helper()
+	if f.kube == nil {
+		return nil
+	}
+	n, err := f.kube.Client.CoreV1().Nodes().Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Annotations
+}
+
+// wantAnnotations checks, on KDD, the Kubernetes Node's annotations named
+// in want ("" for absent).
+func (f *dsFixture) wantAnnotations(t *testing.T, node string, want map[string]string) {
+	t.Helper()
+	if f.kube == nil {
+		return
+	}
+	got := f.annotations(t, node)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Kubernetes Node %s annotation %s = %q, want %q", node, k, got[k], v)
+		}
+	}
+}
+
 func (f *dsFixture) apply(t *testing.T, objs ...api.Object) {
 	t.Helper()
 	for _, o := range objs {
+		if n, ok := o.(*api.Node); ok && f.kube != nil {
+			// On KDD a Calico Node is a Kubernetes Node kubelet made.
+			_, err := f.kube.Client.CoreV1().Nodes().Create(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("create Kubernetes Node %s: %v", n.Name, err)
+			}
+		}
 		o.Meta().ResourceVersion = ""
 		if _, err := f.store.Apply(f.ctx, o); err != nil {
 			t.Fatalf("apply %s %s: %v", o.Type().Kind, o.Meta().Name, err)
@@ -96,8 +160,9 @@ func inPool(t *testing.T, a, cidr string) {
 	}
 }
 
-func TestEnsureTunnelAddrs(t *testing.T) {
-	f := newDS(t, etcdtest.Start(t))
+func TestEnsureTunnelAddrs(t *testing.T) { onBothDatastores(t, testEnsureTunnelAddrs) }
+
+func testEnsureTunnelAddrs(t *testing.T, f *dsFixture) {
 	// The 003 scenario: group 1 native, group 2 overlay (VXLAN here).
 	p1 := testPool("ippool1", "10.101.0.0/16", nodeSelector(`calico == "1"`))
 	p2 := testPool("ippool2", "10.102.0.0/16", vxlanMode(api.VXLANModeAlways), nodeSelector(`calico == "2"`))
@@ -122,6 +187,13 @@ func TestEnsureTunnelAddrs(t *testing.T) {
 	if b1.Spec.BGP == nil || b1.Spec.BGP.IPv4Address != "192.0.2.21/24" {
 		t.Fatalf("node BGP spec lost: %+v", b1.Spec.BGP)
 	}
+	// Where Calico keeps them on KDD.
+	f.wantAnnotations(t, "b1", map[string]string{
+		"projectcalico.org/IPv4VXLANTunnelAddr": addr,
+		"projectcalico.org/VXLANTunnelMACAddr":  b1.Spec.VXLANTunnelMACAddr,
+		"projectcalico.org/IPv4Address":         "192.0.2.21/24",
+	})
+	f.wantAnnotations(t, "a1", map[string]string{"projectcalico.org/IPv4VXLANTunnelAddr": "", "projectcalico.org/VXLANTunnelMACAddr": ""})
 
 	// Nothing to do: no write at all.
 	if again := f.ensure(t, "b1"); again.ResourceVersion != b1.ResourceVersion {
@@ -140,6 +212,7 @@ func TestEnsureTunnelAddrs(t *testing.T) {
 	if b1.Spec.VXLANTunnelMACAddr != mac.String() {
 		t.Fatalf("MAC changed to %q, want %s kept", b1.Spec.VXLANTunnelMACAddr, mac)
 	}
+	f.wantAnnotations(t, "b1", map[string]string{"projectcalico.org/IPv4VXLANTunnelAddr": "", "projectcalico.org/VXLANTunnelMACAddr": mac.String()})
 
 	// A pool added later (and a pool that does not allow Tunnel use,
 	// ignored) brings it back, with the same MAC.
@@ -167,7 +240,10 @@ func TestEnsureTunnelAddrs(t *testing.T) {
 }
 
 func TestEnsureTunnelAddrsIPIPAndIPv6(t *testing.T) {
-	f := newDS(t, etcdtest.Start(t))
+	onBothDatastores(t, testEnsureTunnelAddrsIPIPAndIPv6)
+}
+
+func testEnsureTunnelAddrsIPIPAndIPv6(t *testing.T, f *dsFixture) {
 	f.apply(t,
 		testPool("ipip", "10.110.0.0/16", ipipMode(api.IPIPModeAlways)),
 		testPool("v6", "fd00:110::/48", vxlanMode(api.VXLANModeAlways)),
@@ -181,6 +257,11 @@ func TestEnsureTunnelAddrsIPIPAndIPv6(t *testing.T) {
 	if _, err := net.ParseMAC(n.Spec.VXLANTunnelMACAddrV6); err != nil || n.Spec.VXLANTunnelMACAddr != "" {
 		t.Fatalf("MACs v4=%q v6=%q", n.Spec.VXLANTunnelMACAddr, n.Spec.VXLANTunnelMACAddrV6)
 	}
+	f.wantAnnotations(t, "n1", map[string]string{
+		"projectcalico.org/IPv4IPIPTunnelAddr":   ipip,
+		"projectcalico.org/IPv6VXLANTunnelAddr":  n.Spec.IPv6VXLANTunnelAddr,
+		"projectcalico.org/VXLANTunnelMACAddrV6": n.Spec.VXLANTunnelMACAddrV6,
+	})
 
 	// Removing the IP-in-IP pool clears the field but keeps the node's
 	// address.
@@ -231,7 +312,10 @@ func (s *racingStore) Update(ctx context.Context, obj api.Object) (api.Object, e
 }
 
 func TestEnsureTunnelAddrsRetriesLostUpdate(t *testing.T) {
-	f := newDS(t, etcdtest.Start(t))
+	onBothDatastores(t, testEnsureTunnelAddrsRetriesLostUpdate)
+}
+
+func testEnsureTunnelAddrsRetriesLostUpdate(t *testing.T, f *dsFixture) {
 	f.apply(t, testPool("p", "10.120.0.0/16", vxlanMode(api.VXLANModeAlways)), testNode("n1", "192.0.2.11/24"))
 	rs := &racingStore{Store: f.store}
 	n, err := EnsureTunnelAddrs(f.ctx, rs, f.ipam, "n1", nil)
@@ -253,7 +337,10 @@ func TestEnsureTunnelAddrsRetriesLostUpdate(t *testing.T) {
 }
 
 func TestEnsureTunnelAddrsUnknownNode(t *testing.T) {
-	f := newDS(t, etcdtest.Start(t))
+	onBothDatastores(t, testEnsureTunnelAddrsUnknownNode)
+}
+
+func testEnsureTunnelAddrsUnknownNode(t *testing.T, f *dsFixture) {
 	_, err := EnsureTunnelAddrs(f.ctx, f.store, f.ipam, "ghost", nil)
 	if !errors.Is(err, datastore.ErrNotFound) {
 		t.Fatalf("err = %v, want not found", err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 )
 
 // key identifies a route in the kernel: its table and destination.
-func key(r routes.Route) string { return fmt.Sprintf("%d/%s", table(r), r.Dst) }
+func key(r routes.Route) string { return strconv.Itoa(table(r)) + "/" + r.Dst.String() }
 
 func table(r routes.Route) int {
 	if r.Table == 0 {
@@ -45,9 +46,13 @@ type Table struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	sources  map[string][]routes.Route
-	expected map[string]bool // sources to wait for before the first write
-	dirty    chan struct{}   // 1-slot: coalesces wake-ups
+	sources  map[string]map[string]routes.Route // by source, then key
+	expected map[string]bool                    // sources to wait for before the first write
+	dirty    chan struct{}                      // 1-slot: coalesces wake-ups
+	// touched are the keys Update changed since the last pass; all: a Set
+	// did, so the next pass merges every source (under mu).
+	touched map[string]bool
+	all     bool
 
 	refresh *refresh.Ticker // full-resync period; 0: none
 
@@ -61,6 +66,15 @@ type Table struct {
 	// their device does not exist yet (owned by Run).
 	skipped int
 
+	// onApplied hears of every successful pass (set before Run).
+	onApplied func(installed []routes.Route)
+
+	// What the last pass left in the kernel and why it left some wanted
+	// routes out, by key, for Inspect (under mu; replaced, never mutated).
+	shown    map[string]routes.Route
+	problems map[string]string
+	passes   int
+
 	m *metrics // nil: none
 }
 
@@ -69,6 +83,7 @@ type Table struct {
 type metrics struct {
 	resync         prometheus.Summary
 	routes, ifaces *prometheus.GaugeVec
+	tallies        map[famTable]*tally // of the routes in the kernel (owned by Run)
 }
 
 // RegisterMetrics makes the table keep Felix's route table metrics
@@ -101,23 +116,66 @@ func (m *metrics) count(rs map[string]routes.Route) {
 	if m == nil {
 		return
 	}
-	n := map[string]int{}
-	ifaces := map[string]map[string]bool{}
+	m.tallies = map[famTable]*tally{}
 	for _, r := range rs {
-		label := fmt.Sprintf("IPv%d:%d", 4+2*btoi(r.Dst.Addr().Is6()), table(r))
-		n[label]++
-		if ifaces[label] == nil {
-			ifaces[label] = map[string]bool{}
+		m.change(nil, &r)
+	}
+	m.flush()
+}
+
+// famTable is a gauge's label: IP family and table.
+type famTable struct{ v6, table int }
+
+// tally is what one label's gauges count: routes, and routes per device.
+type tally struct {
+	routes int
+	devs   map[string]int
+}
+
+// change counts old out and new in (either may be nil), so that a pass
+// that changes a few of 10,000 routes does not recount them all.
+func (m *metrics) change(old, new *routes.Route) {
+	if m == nil {
+		return
+	}
+	if old != nil {
+		m.add(old, -1)
+	}
+	if new != nil {
+		m.add(new, 1)
+	}
+}
+
+func (m *metrics) add(r *routes.Route, d int) {
+	l := famTable{btoi(r.Dst.Addr().Is6()), table(*r)}
+	tl := m.tallies[l]
+	if tl == nil {
+		tl = &tally{devs: map[string]int{}}
+		m.tallies[l] = tl
+	}
+	tl.routes += d
+	if r.Dev != "" {
+		if tl.devs[r.Dev] += d; tl.devs[r.Dev] == 0 {
+			delete(tl.devs, r.Dev)
 		}
-		if r.Dev != "" {
-			ifaces[label][r.Dev] = true
-		}
+	}
+}
+
+// flush sets the gauges from the tallies.
+func (m *metrics) flush() {
+	if m == nil {
+		return
 	}
 	m.routes.Reset()
 	m.ifaces.Reset()
-	for label, c := range n {
-		m.routes.WithLabelValues(label).Set(float64(c))
-		m.ifaces.WithLabelValues(label).Set(float64(len(ifaces[label])))
+	for l, tl := range m.tallies {
+		if tl.routes == 0 {
+			delete(m.tallies, l)
+			continue
+		}
+		label := fmt.Sprintf("IPv%d:%d", 4+2*l.v6, l.table)
+		m.routes.WithLabelValues(label).Set(float64(tl.routes))
+		m.ifaces.WithLabelValues(label).Set(float64(len(tl.devs)))
 	}
 }
 
@@ -135,7 +193,7 @@ func btoi(b bool) int {
 func New(k Kernel, period time.Duration, logger *slog.Logger) *Table {
 	return &Table{
 		k: k, log: logger.With("component", "routes"), refresh: refresh.NewTicker(period),
-		sources: map[string][]routes.Route{},
+		sources: map[string]map[string]routes.Route{},
 		dirty:   make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
@@ -174,14 +232,23 @@ func (t *Table) ready() bool {
 	return true
 }
 
-// Set replaces the routes wanted by source.
+// Set replaces the routes wanted by source. Of two routes to the same
+// table and destination, the first counts.
 func (t *Table) Set(source string, rs []routes.Route) {
-	cp := append([]routes.Route(nil), rs...)
+	m := make(map[string]routes.Route, len(rs))
+	for _, r := range rs {
+		if k := key(r); !hasKey(m, k) {
+			m[k] = r
+		}
+	}
 	t.mu.Lock()
-	t.sources[source] = cp
+	t.sources[source] = m
+	t.all = true
 	t.mu.Unlock()
 	t.kick()
 }
+
+func hasKey(m map[string]routes.Route, k string) bool { _, ok := m[k]; return ok }
 
 func (t *Table) kick() {
 	select {
@@ -189,6 +256,12 @@ func (t *Table) kick() {
 	default:
 	}
 }
+
+// OnApplied has f told, after every successful pass of Run, every route
+// the table has installed (a fresh slice f may keep): so that CNI ADD can
+// wait for a pod's route (agent/epstatus). Call before Run; f runs on
+// Run's goroutine and must be quick.
+func (t *Table) OnApplied(f func(installed []routes.Route)) { t.onApplied = f }
 
 // Applied returns a channel closed after the next successful reconcile.
 func (t *Table) Applied() <-chan struct{} {
@@ -232,18 +305,19 @@ func (t *Table) Run(ctx context.Context) error {
 		if !t.ready() {
 			continue
 		}
-		var err error
-		if full || t.last == nil {
-			err = t.Reconcile()
-		} else {
-			err = t.applyDiff()
-		}
-		if err != nil {
+		if err := t.pass(full); err != nil {
 			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
 			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
 			continue
 		}
 		backoff = 0
+		if t.onApplied != nil {
+			installed := make([]routes.Route, 0, len(t.last))
+			for _, r := range t.last {
+				installed = append(installed, r)
+			}
+			t.onApplied(installed)
+		}
 		if t.skipped > 0 {
 			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
 		} else {
@@ -252,16 +326,24 @@ func (t *Table) Run(ctx context.Context) error {
 	}
 }
 
+// pass is one reconcile of Run's: full lists the kernel; otherwise only
+// what changed since the last pass is written, merging every source after
+// a Set and looking only at the touched destinations after Updates.
+func (t *Table) pass(full bool) error {
+	if full || t.last == nil {
+		return t.Reconcile()
+	}
+	if keys, all := t.takeTouched(); !all {
+		return t.applyDelta(keys)
+	}
+	return t.applyDiff()
+}
+
 // desired merges the sources; earlier sources win conflicts.
 func (t *Table) desired() map[string]routes.Route {
 	t.mu.Lock()
-	names := make([]string, 0, len(t.sources))
-	for n := range t.sources {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	out := map[string]routes.Route{}
-	for _, n := range names {
+	for _, n := range t.sourceOrder() {
 		for _, r := range t.sources[n] {
 			k := key(r)
 			if prev, ok := out[k]; ok {
@@ -277,70 +359,201 @@ func (t *Table) desired() map[string]routes.Route {
 	return out
 }
 
+// sourceOrder is the sources' names in priority order (caller holds mu).
+func (t *Table) sourceOrder() []string {
+	names := make([]string, 0, len(t.sources))
+	for n := range t.sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func sameRoute(a, b routes.Route) bool {
 	return a.Dst == b.Dst && a.Type == b.Type && a.Dev == b.Dev && a.Via == b.Via && table(a) == table(b) && a.Scope == b.Scope && a.Metric == b.Metric
 }
 
 // Reconcile makes the kernel match the desired routes once.
 func (t *Table) Reconcile() error {
-	want := t.desired()
-	t.skipped = 0
+	t.takeTouched() // this pass merges everything
+	d, err := t.diff()
+	if err != nil {
+		return err
+	}
 	var errs []error
+	// Delete what nobody wants, then replace what is missing or
+	// different, in batches.
+	ops := make([]Op, 0, len(d.del)+len(d.replace))
+	for i := range d.del {
+		ops = append(ops, Op{Del: true, Route: &d.del[i]})
+	}
+	for _, nr := range d.replace {
+		ops = append(ops, Op{Route: nr})
+	}
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case i < len(d.del):
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", d.del[i].Dst, err))
+			}
+		default:
+			j := i - len(d.del)
+			errs = append(errs, fmt.Errorf("replace route %s: %w", d.replace[j].Dst, err))
+			d.problems[key(d.changed[j])] = "the kernel refused it: " + err.Error()
+		}
+	}
+	t.record(d.want, d.problems)
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil // next pass lists the kernel again
+		return err
+	}
+	t.last = d.want
+	t.m.count(d.want)
+	t.signalApplied()
+	return nil
+}
+
+// routeDiff is what a full reconcile changes.
+type routeDiff struct {
+	del     []netlink.Route  // ours in the kernel, wanted by nobody
+	replace []*netlink.Route // wanted, missing or different
+	changed []routes.Route   // the wanted routes of replace, in order
+	isNew   []bool           // for each of replace: not in the kernel at all
+	skipped []routes.Route   // wanted, but their device does not exist
+	want    map[string]routes.Route
+	same    int // wanted and already in the kernel as wanted
+	// problems says, by key, why a wanted route is not written (Inspect).
+	problems map[string]string
+}
+
+// diff lists our routes in the kernel and compares them with the desired
+// ones. It only reads.
+func (t *Table) diff() (routeDiff, error) {
+	d := routeDiff{want: t.desired(), problems: map[string]string{}}
+	t.skipped = 0
 	actual := map[string]netlink.Route{}
 	listStart := time.Now()
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 		if err != nil {
-			return fmt.Errorf("list routes: %w", err)
+			return d, fmt.Errorf("list routes: %w", err)
 		}
 		for _, r := range rs {
 			dst, ok := prefixOf(r.Dst, fam)
 			if !ok {
 				continue
 			}
-			actual[fmt.Sprintf("%d/%s", r.Table, dst)] = r
+			actual[strconv.Itoa(r.Table)+"/"+dst.String()] = r
 		}
 	}
 	if t.m != nil {
 		t.m.resync.Observe(time.Since(listStart).Seconds())
 	}
-	// Delete what nobody wants.
 	for k, r := range actual {
-		if _, ok := want[k]; ok {
-			continue
-		}
-		r := r
-		if err := t.k.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
+		if _, ok := d.want[k]; !ok {
+			d.del = append(d.del, r)
 		}
 	}
-	// Replace what is missing or different.
-	for k, w := range want {
+	keys := make([]string, 0, len(d.want))
+	for k := range d.want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w := d.want[k]
 		nr, err := t.toNetlink(w)
 		if err != nil {
 			// The device may not exist yet (pod being created): Run
 			// retries it with backoff.
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
-			delete(want, k)
+			delete(d.want, k)
+			if cur, ok := actual[k]; ok {
+				// The kernel keeps its old route to k; last says so, so
+				// that a withdrawal between full passes deletes it.
+				d.want[k] = t.describe(cur)
+			}
+			d.skipped = append(d.skipped, w)
 			t.skipped++
+			d.problems[k] = "not written: " + err.Error()
 			continue
 		}
-		if cur, ok := actual[k]; ok && matches(cur, nr) {
+		cur, ok := actual[k]
+		if ok && matches(cur, nr) {
+			d.same++
 			continue
 		}
-		if err := t.k.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		d.replace, d.changed, d.isNew = append(d.replace, nr), append(d.changed, w), append(d.isNew, !ok)
+	}
+	sort.Slice(d.del, func(i, j int) bool { return d.del[i].Dst.String() < d.del[j].Dst.String() })
+	return d, nil
+}
+
+// Plan is what a full reconcile would change now.
+type Plan struct {
+	// Add are wanted routes the kernel lacks; Replace wanted ones it has
+	// otherwise; Delete our (protocol 80) routes nobody wants, as the
+	// kernel has them.
+	Add, Replace, Delete []routes.Route
+	// Skipped are wanted routes whose device does not exist.
+	Skipped []routes.Route
+	// Unchanged counts the wanted routes already in place.
+	Unchanged int
+}
+
+// Plan compares the routes the sources want with the kernel's, as
+// Reconcile does, and writes nothing (`calico-node plan`).
+func (t *Table) Plan() (Plan, error) {
+	d, err := t.diff()
+	if err != nil {
+		return Plan{}, err
+	}
+	p := Plan{Skipped: d.skipped, Unchanged: d.same}
+	for i, w := range d.changed {
+		if d.isNew[i] {
+			p.Add = append(p.Add, w)
+		} else {
+			p.Replace = append(p.Replace, w)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.last = nil // next pass lists the kernel again
-		return err
+	for _, r := range d.del {
+		p.Delete = append(p.Delete, t.describe(r))
 	}
-	t.last = want
-	t.m.count(want)
-	t.signalApplied()
-	return nil
+	return p, nil
+}
+
+// describe is a kernel route as a routes.Route.
+func (t *Table) describe(r netlink.Route) routes.Route {
+	fam := netlink.FAMILY_V4
+	if r.Dst != nil && r.Dst.IP.To4() == nil {
+		fam = netlink.FAMILY_V6
+	}
+	dst, _ := prefixOf(r.Dst, fam)
+	rr := routes.Route{Dst: dst, Metric: r.Priority, OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0}
+	switch r.Type {
+	case unix.RTN_BLACKHOLE:
+		rr.Type = routes.Blackhole
+	case unix.RTN_UNREACHABLE:
+		rr.Type = routes.Unreachable
+	}
+	if r.Table != unix.RT_TABLE_MAIN {
+		rr.Table = r.Table
+	}
+	if a, ok := netip.AddrFromSlice(r.Gw); ok {
+		rr.Via = a.Unmap()
+	}
+	if a, ok := netip.AddrFromSlice(r.Src); ok {
+		rr.Src = a.Unmap()
+	}
+	if r.LinkIndex != 0 {
+		if l, err := t.k.LinkByIndex(r.LinkIndex); err == nil {
+			rr.Dev = l.Attrs().Name
+		} else {
+			rr.Dev = fmt.Sprintf("if%d", r.LinkIndex)
+		}
+	}
+	return rr
 }
 
 // applyDiff writes only what changed since the last reconcile. Routes
@@ -349,6 +562,8 @@ func (t *Table) applyDiff() error {
 	want := t.desired()
 	t.skipped = 0
 	var errs []error
+	var ops []Op
+	var keys []string // of ops, for their problems
 	for k, r := range t.last {
 		if _, ok := want[k]; ok {
 			continue
@@ -357,10 +572,9 @@ func (t *Table) applyDiff() error {
 		if err != nil {
 			continue // its device is gone, and the route with it
 		}
-		if err := t.k.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
-		}
+		ops, keys = append(ops, Op{Del: true, Route: nr}), append(keys, k)
 	}
+	problems := map[string]string{}
 	for k, w := range want {
 		if prev, ok := t.last[k]; ok && prev == w {
 			continue
@@ -368,14 +582,33 @@ func (t *Table) applyDiff() error {
 		nr, err := t.toNetlink(w)
 		if err != nil {
 			t.log.Debug("skip route", "dst", w.Dst, "err", err)
-			delete(want, k) // not in the kernel: retried (Run's pending backoff)
+			// Not written: retried (Run's pending backoff). The kernel
+			// keeps what was there, and so does last, so that a
+			// withdrawal still deletes it.
+			if prev, ok := t.last[k]; ok {
+				want[k] = prev
+			} else {
+				delete(want, k)
+			}
 			t.skipped++
+			problems[k] = "not written: " + err.Error()
 			continue
 		}
-		if err := t.k.RouteReplace(nr); err != nil {
-			errs = append(errs, fmt.Errorf("replace route %s: %w", w.Dst, err))
+		ops, keys = append(ops, Op{Route: nr}), append(keys, k)
+	}
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case ops[i].Del:
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
+			problems[keys[i]] = "the kernel refused it: " + err.Error()
 		}
 	}
+	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil
 		return err

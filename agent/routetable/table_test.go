@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -374,5 +375,49 @@ func TestSetRefreshIntervalAtRuntime(t *testing.T) {
 	deleteByHand(t, nl, dst)
 	if restoredWithin(t, nl, dst, 500*time.Millisecond) {
 		t.Error("route restored after the refresh was disabled again")
+	}
+}
+
+// OnApplied reports what the table has installed after each pass: a
+// route whose device is missing is not in it until the device appears.
+func TestOnApplied(t *testing.T) {
+	nl := testNS(t)
+	tbl := New(nl, 0, quiet())
+	reports := make(chan []routes.Route, 100)
+	tbl.OnApplied(func(installed []routes.Route) { reports <- installed })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tbl.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	want := routes.Route{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "later1"}
+	tbl.Set(routes.SourceWorkloads, []routes.Route{want, {Dst: netip.MustParsePrefix("10.244.1.0/26"), Type: routes.Blackhole}})
+	has := func(rs []routes.Route) bool { return slices.Contains(rs, want) }
+	select {
+	case rs := <-reports:
+		if has(rs) || len(rs) != 1 {
+			t.Fatalf("first report = %v, want the blackhole only (the device is missing)", rs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no report")
+	}
+	l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "later1"}, PeerName: "later1p"}
+	if err := nl.LinkAdd(l); err != nil {
+		t.Fatal(err)
+	}
+	nl.LinkSetUp(l)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case rs := <-reports:
+			if has(rs) {
+				if ours(t, nl)["10.244.0.9/32"] != "later1" {
+					t.Fatalf("reported before the kernel had it: %v", ours(t, nl))
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("the route was never reported installed")
+		}
 	}
 }

@@ -13,6 +13,10 @@
 //     hashes equals the desired list is left alone. Rule hashes chain over
 //     the rule text and everything before it (policy.Chain.Hashes), so a
 //     changed, missing or foreign rule shows up as a differing list.
+//   - Hash only what changed: the hashes of the last Apply are kept with
+//     the identity of the rules they hash (policy.Chain.Identity); with
+//     policy.Compiler, an unchanged chain's rules are the same slice, so
+//     a small change hashes a few chains instead of all 31k rules.
 //   - Write once: all changed chains of all tables go into ONE
 //     `iptables-restore --noflush --wait` call; a chain is rewritten whole
 //     (its ":chain" header flushes it), stale cali-* chains are flushed and

@@ -3,6 +3,7 @@ package xtables
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -89,9 +90,23 @@ func (p *Programmer) restoreSets(ctx context.Context, payload string) error {
 }
 
 func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
+	payload, n, err := p.setsPayload(want, have)
+	if err != nil || payload == "" {
+		return err
+	}
+	if err := p.restoreSets(ctx, payload); err != nil {
+		return fmt.Errorf("ipset restore: %w", err)
+	}
+	st.SetsWritten = n
+	return nil
+}
+
+// setsPayload is the `ipset restore` input that makes the sets in have
+// (ours in the kernel) hold want, and how many sets it writes.
+func (p *Programmer) setsPayload(want []policy.IPSet, have map[string]*savedSet) (string, int, error) {
 	var payload strings.Builder
 	// A scratch set left by an interrupted run goes first.
-	for name := range have {
+	for _, name := range slices.Sorted(maps.Keys(have)) {
 		if strings.HasPrefix(name, p.setPrefixes()[1]) {
 			payload.WriteString("destroy " + name + "\n")
 		}
@@ -103,38 +118,38 @@ func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have ma
 			continue
 		}
 		if cur != nil && cur.typ != s.Type {
-			return fmt.Errorf("ip set %s exists with type %s, want %s", s.Name, cur.typ, s.Type)
+			return "", 0, fmt.Errorf("ip set %s exists with type %s, want %s", s.Name, cur.typ, s.Type)
 		}
 		changed = append(changed, s)
 	}
 	payload.WriteString(policy.RenderIPSets(changed, p.MaxElem))
-	if payload.Len() == 0 {
-		return nil
-	}
-	if err := p.restoreSets(ctx, payload.String()); err != nil {
-		return fmt.Errorf("ipset restore: %w", err)
-	}
-	st.SetsWritten = len(changed)
-	return nil
+	return payload.String(), len(changed), nil
 }
 
-func (p *Programmer) destroyStaleSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
+// staleSetsPayload is the `ipset restore` input that destroys our sets
+// nothing wants, and how many.
+func (p *Programmer) staleSetsPayload(want []policy.IPSet, have map[string]*savedSet) (string, int) {
 	keep := map[string]bool{}
 	for _, s := range want {
 		keep[s.Name] = true
 	}
 	var payload strings.Builder
 	n := 0
-	for name := range have {
+	for _, name := range slices.Sorted(maps.Keys(have)) {
 		if !keep[name] && !strings.HasPrefix(name, p.setPrefixes()[1]) {
 			payload.WriteString("destroy " + name + "\n")
 			n++
 		}
 	}
+	return payload.String(), n
+}
+
+func (p *Programmer) destroyStaleSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
+	payload, n := p.staleSetsPayload(want, have)
 	if n == 0 {
 		return nil
 	}
-	if err := p.restoreSets(ctx, payload.String()); err != nil {
+	if err := p.restoreSets(ctx, payload); err != nil {
 		return fmt.Errorf("destroy stale ip sets: %w", err)
 	}
 	st.SetsDeleted = n

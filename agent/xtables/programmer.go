@@ -45,6 +45,12 @@ type Programmer struct {
 	// and every failure reset it, so drift made by others is found on the
 	// agent's periodic resync, as with felix.
 	known *kernelState
+	// hashes are the rule hashes of the chains of the last Apply, by
+	// table and chain, kept with the identity of the rules they hash:
+	// policy.Compiler hands back an unchanged chain's very rules, so only
+	// changed chains are hashed again. Unlike known it describes no
+	// kernel state, so failures keep it.
+	hashes map[string]map[string]hashMemo
 
 	restores     prometheus.Counter
 	restoreErrs  prometheus.Counter
@@ -179,14 +185,16 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 	var payload strings.Builder
 	hashes := map[string]chainHashes{}
 	lines := map[string]int{}
+	memo := map[string]map[string]hashMemo{}
 	for _, t := range f.Tables() {
-		hashes[t.Name] = hashChains(t)
+		hashes[t.Name], memo[t.Name] = hashChains(t, p.hashes[t.Name])
 		section := diffTable(t, known.tables[t.Name], hashes[t.Name], &st)
 		// Felix counts the rule lines of each table's section: chain
 		// headers, rules, deletions, not the *table and COMMIT lines.
 		lines[t.Name] = max(strings.Count(section, "\n")-2, 0)
 		payload.WriteString(section)
 	}
+	p.hashes = memo
 	if payload.Len() > 0 {
 		start := time.Now()
 		p.restores.Inc()
@@ -281,21 +289,49 @@ func (k *kernelState) after(f *policy.Family, hashes map[string]chainHashes) *ke
 // chainHashes are the rule hashes of each chain of a table, by index.
 type chainHashes [][]string
 
+// hashMemo is one chain's rule hashes and the rules they were computed
+// from.
+type hashMemo struct {
+	id     policy.RulesIdentity
+	hashes []string
+}
+
 // hashChains hashes every rule of t, on all CPUs: rendering and hashing
 // the rules of a large ruleset is most of the CPU time of a small change.
-func hashChains(t *policy.Table) chainHashes {
+// A chain whose rules are those of the same chain in prev (the very
+// slice: see policy.Compiler) keeps its hashes. It returns the hashes and
+// the memo for the next call.
+func hashChains(t *policy.Table, prev map[string]hashMemo) (chainHashes, map[string]hashMemo) {
 	out := make(chainHashes, len(t.Chains))
-	workers := min(runtime.GOMAXPROCS(0), 8)
+	var todo []int
+	for i := range t.Chains {
+		c := &t.Chains[i]
+		if id, ok := c.Identity(); ok {
+			if m, hit := prev[c.Name]; hit && m.id == id {
+				out[i] = m.hashes
+				continue
+			}
+		}
+		todo = append(todo, i)
+	}
+	workers := min(runtime.GOMAXPROCS(0), 8, max(len(todo)/64, 1))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for i := w; i < len(t.Chains); i += workers {
+			for j := w; j < len(todo); j += workers {
+				i := todo[j]
 				out[i] = t.Chains[i].Hashes()
 			}
 		})
 	}
 	wg.Wait()
-	return out
+	memo := make(map[string]hashMemo, len(t.Chains))
+	for i := range t.Chains {
+		if id, ok := t.Chains[i].Identity(); ok {
+			memo[t.Chains[i].Name] = hashMemo{id: id, hashes: out[i]}
+		}
+	}
+	return out, memo
 }
 
 // diffTable renders the restore section that turns saved into t, or "".

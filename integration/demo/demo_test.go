@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -294,6 +295,25 @@ func checkDemo(t *testing.T, d *demoRun, r *results, out string, more []string) 
 		}
 	})
 
+	t.Run("the first pod's timeline", func(t *testing.T) {
+		t.Logf("calicoctl node timeline:\n%s", r.Timeline)
+		// Every stage has a time: the ADD's on the pod's node, BGP, and
+		// both other nodes.
+		for _, stage := range []string{"ADD received", "IPAM done", "veth up", "endpoint written", "seen by the agent",
+			"policy programmed", "routes programmed", "route advertised (BGP)", "ADD returned", "programmed on node-2", "programmed on node-3"} {
+			if _, ok := timelineAfter(r.Timeline, stage); !ok {
+				t.Errorf("no time for %q in the timeline", stage)
+			}
+		}
+		ret, _ := timelineAfter(r.Timeline, "ADD returned")
+		if pol, _ := timelineAfter(r.Timeline, "policy programmed"); pol > ret {
+			t.Errorf("ADD returned (%v) before its policy was programmed (%v)", ret, pol)
+		}
+		if out := figures(t, d, r); out != "" {
+			t.Logf("stage offsets from ADD received over the demo's pods (docs/benchmarks.md):\n%s", out)
+		}
+	})
+
 	t.Run("the running cluster", func(t *testing.T) {
 		byName := map[string]podResult{}
 		for _, p := range r.Pods {
@@ -360,4 +380,73 @@ func checkDown(t *testing.T, d *demoRun, r *results) {
 			t.Errorf("a second down: %v: %s", err, out)
 		}
 	})
+}
+
+// timelineAfter is a stage's AFTER column in `calicoctl node timeline`.
+func timelineAfter(out, stage string) (time.Duration, bool) {
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		rest, ok := strings.CutPrefix(l, stage+"  ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return 0, false
+		}
+		d, err := time.ParseDuration(fields[0])
+		return d, err == nil
+	}
+	return 0, false
+}
+
+// figures is each stage's offset from ADD received over every pod of the
+// demo, as the agents recorded them: median and max per stage.
+func figures(t *testing.T, d *demoRun, r *results) string {
+	t.Helper()
+	socks, _ := filepath.Glob(filepath.Join(d.stateDir, "node-*", "status.sock"))
+	offsets := map[epstatus.Stage][]time.Duration{}
+	for _, p := range r.Pods {
+		ns, name, _ := strings.Cut(p.Name, "/")
+		var start time.Time
+		var remote []epstatus.Record
+		for _, s := range socks {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a, err := epstatus.Query(ctx, s, ns, name)
+			cancel()
+			if err != nil {
+				t.Errorf("status socket %s: %v", s, err)
+				continue
+			}
+			for _, rec := range a.Records {
+				if rec.Node != rec.EndpointNode {
+					remote = append(remote, rec)
+					continue
+				}
+				var ok bool
+				if start, ok = rec.At(epstatus.StageADDReceived); !ok {
+					t.Errorf("%s: a timeline on %s without its ADD: %+v", p.Name, a.Node, rec)
+					continue
+				}
+				for _, st := range rec.Stages {
+					offsets[st.Stage] = append(offsets[st.Stage], st.At.Sub(start))
+				}
+			}
+		}
+		for _, rec := range remote {
+			if at, ok := rec.At(epstatus.StageRemoteProgrammed); ok && !start.IsZero() {
+				offsets[epstatus.StageRemoteProgrammed] = append(offsets[epstatus.StageRemoteProgrammed], at.Sub(start))
+			}
+		}
+	}
+	var b strings.Builder
+	for _, st := range epstatus.Stages {
+		ds := offsets[st]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		fmt.Fprintf(&b, "  %-20s n=%-2d median %-8v max %v\n", st, len(ds), ds[len(ds)/2].Round(100*time.Microsecond), ds[len(ds)-1].Round(100*time.Microsecond))
+	}
+	return b.String()
 }

@@ -104,6 +104,14 @@ func (c *cluster) etcdUnix() string {
 func (c *cluster) nodeDir(i int) string   { return filepath.Join(c.o.stateDir, nodeName(i)) }
 func (c *cluster) bgpSocket(i int) string { return filepath.Join(c.nodeDir(i), "bgp.sock") }
 func (c *cluster) cniSocket(i int) string { return filepath.Join(c.nodeDir(i), "cni.sock") }
+func (c *cluster) statusSocket(i int) string {
+	return filepath.Join(c.nodeDir(i), "status.sock")
+}
+
+// statusSockets is the glob of every node's status socket.
+func (c *cluster) statusSockets() string {
+	return filepath.Join(c.o.stateDir, "node-*", "status.sock")
+}
 
 // cniFor is libcni as the runtime on node i has it: its plugins reach
 // node i's agent (each simulated node has its own CNI socket; on a real
@@ -128,13 +136,15 @@ func (c *cluster) calicoctl() string { return filepath.Join(c.o.binDir, "calicoc
 
 // results is what `up --results` reports, for the end-to-end test.
 type results struct {
-	Datastore  string              `json:"datastore"`
-	Sessions   map[string][]string `json:"sessions"` // node -> established peers
-	Pods       []podResult         `json:"pods"`
-	Steps      []matrixStep        `json:"matrices"`
-	Namespaces []string            `json:"namespaces"`
-	Processes  []proc              `json:"processes"`
-	Seconds    float64             `json:"seconds"`
+	Datastore string              `json:"datastore"`
+	Sessions  map[string][]string `json:"sessions"` // node -> established peers
+	Pods      []podResult         `json:"pods"`
+	Steps     []matrixStep        `json:"matrices"`
+	// Timeline is `calicoctl node timeline` of the first pod.
+	Timeline   string   `json:"timeline"`
+	Namespaces []string `json:"namespaces"`
+	Processes  []proc   `json:"processes"`
+	Seconds    float64  `json:"seconds"`
 }
 
 type podResult struct {
@@ -255,6 +265,14 @@ func up(ctx context.Context, o options, out io.Writer) (*results, error) {
 	if err := measureStep("TCP connectivity between every pair of pods (no policy)", all); err != nil {
 		return nil, err
 	}
+	// Every step of the first pod's network, on its node and on the
+	// others (each agent's status socket is in its node's directory).
+	fmt.Fprintf(out, "  $ calicoctl node timeline %s --status-socket '%s'\n", c.pods[0].name(), c.statusSockets())
+	var tl strings.Builder
+	c.showTo(&tl, c.calicoctl(), "node", "timeline", c.pods[0].name(), "--status-socket", c.statusSockets())
+	fmt.Fprint(out, tl.String())
+	fmt.Fprintln(out)
+	res.Timeline = tl.String()
 
 	afterKNP := func(from, to *pod) bool { return to.k8sNS != "backend" || from.k8sNS == "backend" }
 	if err := c.applyK8sPolicy("backend-knp.yaml", k8sPolicy, "Kubernetes NetworkPolicy: backend accepts only from backend"); err != nil {
@@ -307,15 +325,18 @@ func (c *cluster) step(what string, f func() error) error {
 }
 
 // show runs a command and indents its output.
-func (c *cluster) show(name string, args ...string) {
+func (c *cluster) show(name string, args ...string) { c.showTo(c.out, name, args...) }
+
+// showTo runs a command and writes its output, indented, to w.
+func (c *cluster) showTo(w io.Writer, name string, args ...string) {
 	cmd := exec.Command(name, args...)
 	cmd.Env = c.env()
 	b, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		fmt.Fprintln(c.out, "    "+l)
+		fmt.Fprintln(w, "    "+l)
 	}
 	if err != nil {
-		fmt.Fprintf(c.out, "    (%v)\n", err)
+		fmt.Fprintf(w, "    (%v)\n", err)
 	}
 }
 
@@ -578,7 +599,10 @@ func (c *cluster) startAgent(i int) error {
 	if c.kdd() {
 		datastore = []string{"--datastore-type=kubernetes", "--kubeconfig=" + c.kubeconfig()}
 	}
+	// The node's endpoint status files in its own directory, not the
+	// machine's /var/run/calico (FELIX_* settings are environment only).
 	argv := append([]string{"ip", "netns", "exec", c.nodeNS(i),
+		"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + c.nodeDir(i),
 		filepath.Join(c.o.binDir, "calico-node"), "run"}, datastore...)
 	return c.spawn(nodeName(i), c.nodeDir(i), append(argv,
 		"--nodename="+nodeName(i),
@@ -587,6 +611,7 @@ func (c *cluster) startAgent(i int) error {
 		"--data-dir="+c.nodeDir(i),
 		"--bgp-status-socket="+c.bgpSocket(i),
 		"--cni-socket="+c.cniSocket(i),
+		"--status-socket="+c.statusSocket(i),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
 	)...)
@@ -705,9 +730,11 @@ func (c *cluster) cniList(i int) (*libcni.NetworkConfigList, error) {
 		"etcd_endpoints": c.etcdUnix(),
 		"nodename":       nodeName(i),
 		"ipam_lock_file": filepath.Join(c.o.stateDir, "ipam.lock"),
-		"mtu":            1500,
-		"log_level":      "info",
-		"ipam":           map[string]any{"type": "calico-ipam"},
+		// Where node i's agent keeps its endpoint status files.
+		"endpoint_status_dir": filepath.Join(c.nodeDir(i), "endpoint-status"),
+		"mtu":                 1500,
+		"log_level":           "info",
+		"ipam":                map[string]any{"type": "calico-ipam"},
 	}
 	if c.kdd() {
 		// As calico-node-kdd.yaml's CNI config: the API server is the
@@ -794,6 +821,7 @@ func (c *cluster) explore(took time.Duration) {
 	for i := 1; i <= nodeCount; i++ {
 		fmt.Fprintf(w, "  %s node status --bgp-status-socket %s   # %s\n", ctl, c.bgpSocket(i), nodeName(i))
 	}
+	fmt.Fprintf(w, "  %s node timeline %s --status-socket '%s'   # each step of a pod's network, on every node\n", ctl, c.pods[1].name(), c.statusSockets())
 	fmt.Fprintf(w, "\n  ip netns exec %s ip route                      # BGP routes (proto 80) to the other nodes' blocks\n", c.nodeNS(1))
 	fmt.Fprintf(w, "  ip netns exec %s iptables-save | grep cali-     # the compiled policy\n", c.nodeNS(1))
 	fmt.Fprintf(w, "  ip netns exec %s bash -c 'cat </dev/tcp/%s/%d'   # from a pod: answered with the pod's name\n", c.pods[0].netns(), c.pods[1].ip, listenPort)

@@ -274,7 +274,7 @@ func machinePaths(t *testing.T, paths []kubetest.HostPath) string {
 	}
 	var b strings.Builder
 	for _, p := range paths {
-		out, _ := exec.Command("nsenter", "--mount="+ns, "--", "ls", "-la", "--time-style=full-iso", p.Path).CombinedOutput()
+		out, _ := exec.Command("nsenter", "--mount="+ns, "--", "ls", "-lA", "--time-style=full-iso", p.Path).CombinedOutput()
 		fmt.Fprintf(&b, "%s:\n%s", p.Path, out)
 	}
 	return b.String()

@@ -3,7 +3,6 @@ package kubelet
 import (
 	"testing"
 
-	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
@@ -21,8 +20,9 @@ func TestMain(m *testing.M) {
 		if err := netnstest.SetupNode(true); err != nil {
 			return nil, err
 		}
-		// The agent serves CNI on a socket of its own; containerd passes
-		// the variable on to the plugins it runs.
-		return netnstest.PrivateSocket(cnientry.SocketEnv, "calico-kubelet")
+		// The agent serves CNI on a socket of its own (containerd passes
+		// the variable on to the plugins it runs), its status socket and
+		// endpoint status files in the same private directory.
+		return netnstest.PrivateRunDir("calico-kubelet")
 	})
 }

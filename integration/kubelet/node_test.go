@@ -37,10 +37,11 @@ const (
 )
 
 // The DaemonSet's CNI template (deploy/calico-node.yaml: calico, then
-// portmap and bandwidth) plus nodename_file and ipam_lock_file: the
-// agent's data dir is a temporary one here, not the /var/lib/calico the
-// plugin reads by default, and the IPAM lock is the test's, not the
-// machine's /var/run/calico/ipam.lock.
+// portmap and bandwidth) plus nodename_file, ipam_lock_file and
+// endpoint_status_dir: the agent's data dir is a temporary one here, not
+// the /var/lib/calico the plugin reads by default, and the IPAM lock and
+// the agent's endpoint status files are the test's, not the machine's
+// /var/run/calico.
 const cniTemplate = `{
   "name": "k8s-pod-network",
   "cniVersion": "0.3.1",
@@ -51,6 +52,7 @@ const cniTemplate = `{
       "log_level": "info",
       "nodename_file": "%s",
       "ipam_lock_file": "%s",
+      "endpoint_status_dir": "%s",
       "mtu": __CNI_MTU__,
       "ipam": {"type": "calico-ipam"},
       "policy": {"type": "k8s"},
@@ -100,6 +102,7 @@ func TestKubeletNode(t *testing.T) {
 	if err := kube.Ping("ptp-1", ptp2); err != nil {
 		t.Fatalf("ptp pods cannot talk: %v", err)
 	}
+	probeBaseline(t, kube) // ready_test.go
 	kube.DeletePods(t, "ptp-0", "ptp-1", "ptp-2")
 	os.Remove(ptpConf)
 
@@ -114,20 +117,24 @@ func TestKubeletNode(t *testing.T) {
 	writeFile(t, filepath.Join(sa, "token"), kube.Token(t, "kube-system", "calico-node", time.Hour))
 	dataDir := t.TempDir()
 	bins := testbin.Dir(t)
-	agent := startAgent(t, filepath.Join(bins, "calico-node"),
-		[]string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa,
-			"--bgp-status-socket", filepath.Join(dataDir, "bgp.sock")},
-		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
+	agentArgs := []string{"--data-dir", dataDir, "--cni-conf-dir", node.CNIConfDir, "--cni-bin-dir", node.CNIBinDir, "--service-account-dir", sa,
+		"--bgp-status-socket", filepath.Join(dataDir, "bgp.sock")}
+	agentEnv := []string{
+		"ETCD_ENDPOINTS=" + strings.Join(etcd.Endpoints, ","),
 		// The socket the plugins containerd runs find (TestMain).
-		cnientry.SocketEnv+"="+os.Getenv(cnientry.SocketEnv),
-		"NODENAME="+node.Name, "CALICO_K8S_NODE_REF="+node.Name, "IP=autodetect",
-		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR="+podCIDR,
-		"KUBECONFIG="+kube.Kubeconfig,
+		cnientry.SocketEnv + "=" + os.Getenv(cnientry.SocketEnv),
+		"CALICO_STATUS_SOCKET=" + os.Getenv("CALICO_STATUS_SOCKET"),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX=" + os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"),
+		"NODENAME=" + node.Name, "CALICO_K8S_NODE_REF=" + node.Name, "IP=autodetect",
+		"CALICO_NETWORKING_BACKEND=none", "CALICO_IPV4POOL_CIDR=" + podCIDR,
+		"KUBECONFIG=" + kube.Kubeconfig,
 		"ENABLED_CONTROLLERS=namespace,serviceaccount,workloadendpoint,policy,node,ipamgc",
-		"CNI_NETWORK_CONFIG="+fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock")),
+		"CNI_NETWORK_CONFIG=" + fmt.Sprintf(cniTemplate, filepath.Join(dataDir, "nodename"), filepath.Join(dataDir, "ipam.lock"), statusDir()),
 		"CNI_MTU=1400",
-		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
-		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false")
+		"KUBERNETES_SERVICE_HOST=" + kube.Host, "KUBERNETES_SERVICE_PORT=" + kube.Port,
+		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT", "FELIX_IPV6SUPPORT=false",
+	}
+	agent := startAgent(t, filepath.Join(bins, "calico-node"), agentArgs, agentEnv...)
 	agent.waitReady(t)
 	polltest.Until(t, 30*time.Second, "10-calico.conflist installed", func() bool {
 		_, err := os.Stat(filepath.Join(node.CNIConfDir, "10-calico.conflist"))
@@ -225,9 +232,23 @@ func TestKubeletNode(t *testing.T) {
 	if n := servedCNI(t, agent.health); n < 8 {
 		t.Errorf("the agent served %d CNI commands, want at least the 4 ADDs and 4 DELs", n)
 	}
+
+	// Pods have their network at their first instruction (ready_test.go).
+	agent = checkNetworkAtStart(t, kube, filepath.Join(bins, "calicoctl"), func(env ...string) *agentProc {
+		if err := agent.stop(); err != nil {
+			t.Errorf("agent exit: %v", err)
+		}
+		return startAgent(t, filepath.Join(bins, "calico-node"), agentArgs, append(slices.Clone(agentEnv), env...)...)
+	})
 	if err := agent.stop(); err != nil {
 		t.Errorf("agent exit: %v\n%s", err, agent.Log)
 	}
+}
+
+// statusDir is the agent's endpoint status directory, in the node's
+// private run directory (TestMain).
+func statusDir() string {
+	return filepath.Join(os.Getenv("FELIX_ENDPOINTSTATUSPATHPREFIX"), "endpoint-status")
 }
 
 func round(ds []time.Duration) []time.Duration {

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -115,6 +116,12 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 		// has, as in Calico.
 		ids.endpoint = existing.Spec.Endpoint
 	}
+	// The endpoint's timeline on the agent (when it serves the ADD).
+	var progress *addProgress
+	if name, nerr := ids.name(); nerr == nil {
+		progress = inv.startProgress(ids.namespace, name, ids.pod)
+		defer func() { progress.done(err) }()
+	}
 
 	// 1. Addresses, and the veth beside them.
 	var pn podNetwork
@@ -128,6 +135,7 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	}
 	inv.phase("assign addresses")
 	inv.logger.Debug("addresses assigned", "addresses", pn.addrs)
+	progress.stage(epstatus.StageIPAM)
 	if err := tx.awaitVeth(); err != nil {
 		return err
 	}
@@ -137,12 +145,20 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 		return err
 	}
 	inv.phase("build veth")
+	progress.stage(epstatus.StageVeth)
 
 	// 3. The WorkloadEndpoint, and the network's profile.
-	if err := inv.writeEndpointAndProfile(ctx, tx, store, ids, pod, existing, pn.addrs); err != nil {
+	ep, err := inv.writeEndpointAndProfile(ctx, tx, store, ids, pod, existing, pn.addrs)
+	if err != nil {
 		return err
 	}
 	inv.phase("write endpoint and profile")
+	progress.written(ep)
+
+	// 4. The agent's dataplane: the endpoint's policy and routes.
+	if err := inv.waitProgrammed(ctx, ep); err != nil {
+		return err
+	}
 
 	// The runtime may have torn the namespace down while we worked on it
 	// through our descriptor: then nothing we built is reachable.
@@ -300,11 +316,12 @@ func (inv *invocation) assignDelegated(ctx context.Context, tx *addTx, pod *podI
 }
 
 // writeEndpointAndProfile writes the pod's WorkloadEndpoint and, when it
-// names the network's profile, that profile, both at once.
-func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, store datastore.Store, ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix) error {
+// names the network's profile, that profile, both at once, and returns
+// the endpoint as written (with its revision).
+func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, store datastore.Store, ids workloadIDs, pod *podInfo, existing *api.WorkloadEndpoint, addrs []netip.Prefix) (*api.WorkloadEndpoint, error) {
 	ep, err := inv.newEndpoint(ids, pod, existing, addrs, tx.vcfg.hostName, tx.veth.contMAC.String())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	profileDone := make(chan error, 1)
 	if slices.Contains(ep.Spec.Profiles, profileName(inv.conf.Name)) {
@@ -315,7 +332,7 @@ func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, s
 	created, err := writeEndpoint(ctx, store, ep, existing)
 	profileErr := <-profileDone
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if existing == nil {
 		tx.onFailure(func(ctx context.Context) {
@@ -324,7 +341,7 @@ func (inv *invocation) writeEndpointAndProfile(ctx context.Context, tx *addTx, s
 			}
 		})
 	}
-	return profileErr
+	return created, profileErr
 }
 
 // addResult is ADD's answer to the runtime: both ends of the veth, the
@@ -363,11 +380,17 @@ func (inv *invocation) addToExisting(ctx context.Context, store datastore.Store,
 	profile := profileName(inv.conf.Name)
 	if !slices.Contains(ep.Spec.Profiles, profile) {
 		ep.Spec.Profiles = append(ep.Spec.Profiles, profile)
-		if _, err := writeEndpoint(ctx, store, ep, ep); err != nil {
+		written, err := writeEndpoint(ctx, store, ep, ep)
+		if err != nil {
 			return err
 		}
+		ep = written
 	}
 	if err := inv.ensureProfile(ctx, store, newWorkloadIDs(inv)); err != nil {
+		return err
+	}
+	// The new profile's rules must be in the dataplane too.
+	if err := inv.waitProgrammed(ctx, ep); err != nil {
 		return err
 	}
 	result := &types100.Result{
@@ -471,7 +494,7 @@ func (inv *invocation) newEndpoint(ids workloadIDs, pod *podInfo, existing *api.
 // already has (a Kubernetes pod's new sandbox), conditional on the
 // revision read.
 func writeEndpoint(ctx context.Context, store datastore.Store, ep, existing *api.WorkloadEndpoint) (*api.WorkloadEndpoint, error) {
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	if existing != nil {
 		out, err := store.Update(ctx, ep)
@@ -545,7 +568,7 @@ func (inv *invocation) ensureProfile(ctx context.Context, store datastore.Store,
 		},
 	}
 	// One conditional create: an existing profile is left as it is.
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	if _, err := store.Create(ctx, profile); err != nil && !errors.Is(err, datastore.ErrAlreadyExists) {
 		return writeError("create profile "+name, err)

@@ -1,6 +1,8 @@
 package cni_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,13 +33,25 @@ import (
 // by chunk when concurrent). It prints a latency table; run it with `make
 // bench-cni`.
 //
+// The Kubernetes datastore has a row of its own: the same plugin with
+// "datastore_type": "kubernetes" against a real kube-apiserver (package
+// kubetest, on loopback), the agent running, on Kubernetes pods
+// (a Pod object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet
+// runs it): the plugin reads the Pod and its Namespace, allocates from
+// ipamblocks/blockaffinities/ipamhandles and writes the Pod's
+// cni.projectcalico.org annotations. Its pods are fresh for each mode, as
+// a new pod's sandbox is. Every container ID is 64 hex digits, as a
+// runtime makes them.
+//
 // It runs its own fixed number of operations (CNI_BENCH_N, default 200)
 // whatever b.N is: percentiles need many samples of the same thing.
+// CNI_BENCH_KDD=0 leaves the Kubernetes rows out.
 func BenchmarkCNI(b *testing.B) {
 	n := 200
 	if v, err := strconv.Atoi(os.Getenv("CNI_BENCH_N")); err == nil && v > 0 {
 		n = v
 	}
+	withKDD := os.Getenv("CNI_BENCH_KDD") != "0"
 	const workers = 8
 	e := newEnv(b)
 	e.addPool("bench", "10.224.0.0/16", 26)
@@ -96,11 +110,46 @@ func BenchmarkCNI(b *testing.B) {
 	pods := make([]*pod, n)
 	for i := range pods {
 		pods[i] = newPod(b)
+		pods[i].rt.ContainerID = runtimeID()
 	}
-	// Warm up all (page cache, etcd's first block claim).
+	modes := []struct {
+		name           string
+		workers, chunk int
+	}{{"sequential", 1, 1}, {"8-way", workers, 5 * workers}}
+
+	// The Kubernetes datastore: its own API server, node, pool and Pods.
+	var k *env
+	var kddConf []byte
+	kddPods := map[string][]*pod{} // by mode
+	if withKDD {
+		k = newKDDEnv(b)
+		k.addNode(k.node)
+		k.addPool("bench", "10.226.0.0/16", 26)
+		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error"})
+		for _, m := range append([]string{"warm-up"}, "sequential", "8-way") {
+			count := n
+			if m == "warm-up" {
+				count = 8
+			}
+			for i := range count {
+				name := fmt.Sprintf("bench-%s-%d", strings.ReplaceAll(m, "-", ""), i)
+				k.addK8sPod("default", name, k.node)
+				p := newPod(b, "default", name)
+				p.rt.ContainerID = runtimeID()
+				p.rt.Args = slices.DeleteFunc(p.rt.Args, func(a [2]string) bool { return a[0] == "K8S_POD_INFRA_CONTAINER_ID" })
+				p.rt.Args = append(p.rt.Args, [2]string{"K8S_POD_INFRA_CONTAINER_ID", p.rt.ContainerID})
+				kddPods[m] = append(kddPods[m], p)
+			}
+		}
+	}
+
+	// Warm up all (page cache, the datastores' first block claim).
 	run(e.cni, calico, pods[:8], 1)
 	run(lean, calico, pods[:8], 1)
 	run(e.cni, ptp, pods[:8], 1)
+	if withKDD {
+		run(k.cni, kddConf, kddPods["warm-up"], 1)
+	}
 
 	type row struct {
 		impl, mode string
@@ -110,29 +159,35 @@ func BenchmarkCNI(b *testing.B) {
 	// plugin processes reach it through CALICO_CNI_SOCKET, set per row.
 	startServer(b)
 	sock := os.Getenv(cnientry.SocketEnv)
-	impls := []struct {
+	type impl struct {
 		name   string
 		cni    *libcni.CNIConfig
 		conf   []byte
 		socket string
-	}{
-		{"calico, agent running", e.cni, calico, sock},
-		{"calico, no agent", e.cni, calico, "none"},
-		{"same, plugin built alone", lean, calico, "none"},
-		{"ptp+host-local", e.cni, ptp, "none"},
+		kdd    bool // on the Kubernetes datastore's pods
+	}
+	impls := []impl{
+		{"calico, agent running", e.cni, calico, sock, false},
+		{"calico, no agent", e.cni, calico, "none", false},
+		{"same, plugin built alone", lean, calico, "none", false},
+		{"ptp+host-local", e.cni, ptp, "none", false},
+	}
+	if withKDD {
+		impls = append(impls, impl{"calico KDD, agent running", k.cni, kddConf, sock, true})
 	}
 	var rows []row
-	for _, mode := range []struct {
-		name           string
-		workers, chunk int
-	}{{"sequential", 1, 1}, {"8-way", workers, 5 * workers}} {
+	for _, mode := range modes {
 		// The implementations take turns, a chunk of pods each, so that
 		// the load of this shared machine drifting during the run hits
 		// all of them alike (one pod at a time when sequential).
 		samples := make([][]sample, len(impls))
 		for lo := 0; lo < len(pods); lo += mode.chunk {
-			chunk := pods[lo:min(lo+mode.chunk, len(pods))]
+			hi := min(lo+mode.chunk, len(pods))
 			for i, im := range impls {
+				chunk := pods[lo:hi]
+				if im.kdd {
+					chunk = kddPods[mode.name][lo:hi]
+				}
 				os.Setenv(cnientry.SocketEnv, im.socket)
 				samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
 			}
@@ -166,7 +221,7 @@ func BenchmarkCNI(b *testing.B) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(os.Stdout, "\nCNI ADD/DEL latency, %d pods per run, through libcni (ms)\n", n)
 	fmt.Fprintln(w, "plugins\tmode\top\tmin\tp50\tp99\t")
-	p50 := map[string]time.Duration{}
+	p50, p99 := map[string]time.Duration{}, map[string]time.Duration{}
 	for _, r := range rows {
 		for _, op := range []string{"ADD", "DEL"} {
 			var ds []time.Duration
@@ -179,6 +234,7 @@ func BenchmarkCNI(b *testing.B) {
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", r.impl, r.mode, op, ms(pct(ds, 0)), ms(pct(ds, 50)), ms(pct(ds, 99)))
 			p50[r.impl+r.mode+op] = pct(ds, 50)
+			p99[r.impl+r.mode+op] = pct(ds, 99)
 		}
 	}
 	w.Flush()
@@ -191,11 +247,25 @@ func BenchmarkCNI(b *testing.B) {
 			fmt.Printf("p50 %s %s: calico / ptp+host-local = %.2fx with the agent running, %.2fx without (plugin built alone: %.2fx)\n", mode, op, ratio, direct, alone)
 			b.ReportMetric(ratio, mode+"-"+op+"-p50-ratio")
 			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
+			if withKDD {
+				kdd := float64(p50["calico KDD, agent running"+mode+op]) / ref
+				kdd99 := float64(p99["calico KDD, agent running"+mode+op]) / float64(p99["ptp+host-local"+mode+op])
+				fmt.Printf("    on the Kubernetes datastore, agent running: %.2fx (p99 %.2fx)\n", kdd, kdd99)
+				b.ReportMetric(kdd, mode+"-"+op+"-p50-ratio-kdd")
+			}
 		}
 	}
 	os.Setenv(cnientry.SocketEnv, "none")
 	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
 		ms(calicoFloor), ms(floor(filepath.Join(leanDir, "calico"))), ms(ptpFloor))
+}
+
+// runtimeID is a container ID as container runtimes make them: 64 hex
+// digits.
+func runtimeID() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func pct(ds []time.Duration, p int) time.Duration {

@@ -64,6 +64,16 @@ type netConf struct {
 	Hostname     string `json:"hostname"` // deprecated spelling of nodename
 	IPAMLockFile string `json:"ipam_lock_file"`
 
+	// PolicySetupTimeoutSeconds is how long ADD waits for the node's
+	// agent to program the endpoint's policy and routes before failing;
+	// 0: do not wait (Calico's meaning); absent: the agent's default
+	// (CALICO_POLICY_SETUP_TIMEOUT) when it serves the ADD, else
+	// defaultPolicySetupTimeout. A pointer so that absent differs from 0.
+	PolicySetupTimeoutSeconds *float64 `json:"policy_setup_timeout_seconds"`
+	// EndpointStatusDir is where the agent's status files are (felix's
+	// endpointStatusPathPrefix + "/endpoint-status").
+	EndpointStatusDir string `json:"endpoint_status_dir"`
+
 	Policy            policyConf        `json:"policy"`
 	Kubernetes        kubernetesConf    `json:"kubernetes"`
 	ContainerSettings containerSettings `json:"container_settings"`
@@ -186,6 +196,9 @@ func (c *netConf) validate() error {
 	}
 	if c.IPAMConf.Type == "" {
 		return configError("ipam.type", "is required")
+	}
+	if t := c.PolicySetupTimeoutSeconds; t != nil && (*t < 0 || *t > 3600) {
+		return configError("policy_setup_timeout_seconds", "%v is out of range: 0 (do not wait) to 3600", *t)
 	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return configError("log_level", "%v", err)

@@ -71,6 +71,15 @@
 //     still works.
 //   - A netns deleted while ADD runs (we hold it open, so the veth would
 //     die with it) fails the ADD with code 3 after undoing everything.
+//   - ADD returns only once this node's agent has programmed the
+//     endpoint's policy and routes (programmed.go): on by default, with
+//     policy_setup_timeout_seconds (default the agent's
+//     --policy-setup-timeout, 5 s; 0: no wait) bounding the wait, after
+//     which ADD fails with code 11 and is undone (Calico: off by default,
+//     and a timeout only warns). The agent-served ADD waits on the
+//     agent's own record (Dataplane); a plugin process polls the agent's
+//     status file in endpoint_status_dir, and only where an agent has
+//     marked that directory for this node or the field is set.
 //   - While the datastore is locked (ClusterInformation datastoreReady
 //     false: `calicoctl datastore migrate lock`), ADD and DEL fail with
 //     Calico's "Calico is currently not ready to process requests" (code
@@ -85,7 +94,8 @@
 // version negotiation, error encoding); this package supplies the
 // commands. ADD is latency-critical (kubelet waits for it): it connects to
 // etcd once, makes one ranged read for an existing endpoint, one IPAM
-// operation, and writes the endpoint and the profile at the same time; the
+// operation, and writes the endpoint and the profile at the same time, then
+// waits for the agent's dataplane (which the endpoint's write triggered); the
 // Kubernetes pod is read while etcd is being connected to; the veth is
 // created from the host with its peer placed straight into the pod's
 // namespace and configured while the addresses are being allocated, with a
@@ -102,7 +112,8 @@
 // instead of waiting for the kernel to destroy the namespace (a
 // Kubernetes pod's veth only if no newer sandbox owns the endpoint). CHECK compares
 // the pod interface, addresses, routes, host veth and routes, and the
-// endpoint with prevResult. STATUS is ready when etcd answers. GC removes
+// endpoint with prevResult. STATUS is ready when the datastore answers a
+// read (etcd, or the Kubernetes API server). GC removes
 // this node's endpoints and IPAM handles of containers not in
 // cni.dev/valid-attachments. Phases are logged at debug level with their
 // durations.

@@ -122,7 +122,7 @@ func findEndpoint(ctx context.Context, store datastore.Store, w workloadIDs) (*a
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	objs, err := store.ListPrefix(ctx, "WorkloadEndpoint", w.namespace, prefix)
 	if err != nil {

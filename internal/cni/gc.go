@@ -17,11 +17,22 @@ import (
 
 // statusFunc answers STATUS (CNI 1.1.0): ready when the datastore answers,
 // else "plugin not available" (code 50), so the runtime holds pods back
-// instead of failing their ADDs one by one.
+// instead of failing their ADDs one by one. It asks the datastore for
+// one object: connecting alone proves nothing on the Kubernetes
+// datastore, whose plugin connects without a request.
 func statusFunc(plugin string) func(*skel.CmdArgs) error {
 	return func(args *skel.CmdArgs) error {
 		return run(&host{}, plugin, "STATUS", args, func(inv *invocation, ctx context.Context) error {
-			if _, err := inv.datastore(ctx); err != nil {
+			store, err := inv.datastore(ctx)
+			if err == nil {
+				rctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
+				_, err = store.Get(rctx, "ClusterInformation", "", "default")
+				cancel()
+				if errors.Is(err, datastore.ErrNotFound) {
+					err = nil
+				}
+			}
+			if err != nil {
 				return types.NewError(types.ErrPluginNotAvailable, "datastore is not reachable: "+err.Error(), "")
 			}
 			if plugin == NetworkPlugin && inv.conf.IPAMConf.Type != calicoIPAMType {

@@ -72,7 +72,7 @@ func (inv *invocation) withBlockMask(ctx context.Context, a netip.Prefix) netip.
 	if err != nil {
 		return a
 	}
-	ctx, cancel := context.WithTimeout(ctx, etcdRequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout(store))
 	defer cancel()
 	h, err := ipam.New(store.IPAM(), store, inv.logger).Lookup(ctx, a.Addr())
 	if err != nil || !h.Block.IsValid() {

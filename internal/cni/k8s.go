@@ -301,7 +301,7 @@ func k8sError(what string, err error) error {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		// No answer at all: connection refused, DNS, TLS.
-		return types.NewError(types.ErrTryAgainLater, what+": "+err.Error(), "")
+		return types.NewError(types.ErrTryAgainLater, what+": kubernetes API server unreachable: "+err.Error(), "")
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -61,14 +61,19 @@ func (e *env) addNode(name string) {
 // addK8sPod creates the Pod the runtime is asked to network, scheduled to
 // node (no kubelet runs: it stays Pending). Only the Kubernetes datastore
 // needs it; on etcd it does nothing.
-func (e *env) addK8sPod(namespace, name, node string) {
+// Annotations, when given, are the pod's (at most one map).
+func (e *env) addK8sPod(namespace, name, node string, annotations ...map[string]string) {
 	e.t.Helper()
 	if e.kube == nil {
 		return
 	}
 	no := false
+	var ann map[string]string
+	if len(annotations) > 0 {
+		ann = annotations[0]
+	}
 	if _, err := e.kube.Client.CoreV1().Pods(namespace).Create(e.ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: ann},
 		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: &no,
 			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}, metav1.CreateOptions{}); err != nil {

@@ -155,23 +155,53 @@ func TestDelIsIdempotent(t *testing.T) {
 	})
 }
 
+// TestStatusAndGC: STATUS says "plugin not available" while the datastore
+// is down; GC removes exactly this node's attachments that are not valid
+// any more, and this node's leaked addresses. On the Kubernetes datastore
+// the workloads are Pods (another node's pod holds its address in its
+// annotations), and a collected endpoint lives on without addresses, as
+// its Pod does.
 func TestStatusAndGC(t *testing.T) {
-	e := newEnv(t)
+	for _, ds := range []struct {
+		name string
+		open func(testing.TB) *env
+	}{{"etcd", func(t testing.TB) *env { return newEnv(t) }}, {"kubernetes", newKDDEnv}} {
+		t.Run(ds.name, func(t *testing.T) { testStatusAndGC(t, ds.open(t)) })
+	}
+}
+
+func testStatusAndGC(t *testing.T, e *env) {
 	e.addPool("v4", "10.244.0.0/16", 26)
 	list := e.conflist("1.1.0", e.conf("1.1.0", nil))
 
 	if err := e.cni.GetStatusNetworkList(e.ctx, list); err != nil {
-		t.Errorf("STATUS with etcd up: %v", err)
+		t.Errorf("STATUS with the datastore up: %v", err)
 	}
-	e.etcd.Stop()
+	if e.kube != nil {
+		e.kube.StopAPIServer(t)
+	} else {
+		e.etcd.Stop()
+	}
 	err := e.cni.GetStatusNetworkList(e.ctx, list)
 	if code, _ := cniCode(err); code != types.ErrPluginNotAvailable {
-		t.Errorf("STATUS with etcd down: %v, want code 50", err)
+		t.Errorf("STATUS with the datastore down: %v, want code 50", err)
 	}
-	e.etcd.Restart(t)
-	e.reconnect()
+	if e.kube != nil {
+		e.kube.RestartAPIServer(t)
+	} else {
+		e.etcd.Restart(t)
+		e.reconnect()
+	}
 
-	keep, gone := newPod(t), newPod(t)
+	var keep, gone *pod
+	if e.kube != nil {
+		e.addNode(e.node)
+		keep, gone = newPod(t, "default", "keep"), newPod(t, "default", "gone")
+		e.addK8sPod("default", "keep", e.node)
+		e.addK8sPod("default", "gone", e.node)
+	} else {
+		keep, gone = newPod(t), newPod(t)
+	}
 	for _, p := range []*pod{keep, gone} {
 		if _, err := e.cni.AddNetworkList(e.ctx, list, p.rt); err != nil {
 			t.Fatal(err)
@@ -182,33 +212,56 @@ func TestStatusAndGC(t *testing.T) {
 	if _, _, err := e.ipam.AutoAssign(e.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "k8s-pod-network.leaked0", Node: e.node}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.ipam.AutoAssign(e.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "k8s-pod-network.remote0", Node: "node2"}); err != nil {
+	remoteIPs, _, err := e.ipam.AutoAssign(e.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "k8s-pod-network.remote0", Node: "node2"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	remote := &api.WorkloadEndpoint{
-		TypeMeta:   api.TypeMeta{Kind: "WorkloadEndpoint", APIVersion: api.GroupVersion},
-		ObjectMeta: api.ObjectMeta{Namespace: "default"},
-		Spec: api.WorkloadEndpointSpec{Orchestrator: "cni", Node: "node2", ContainerID: "remote0", Endpoint: "eth0",
-			InterfaceName: "caliremote0", IPNetworks: []string{"10.244.200.1/32"}},
-	}
-	if _, err := e.store.Create(e.ctx, remote); err != nil {
-		t.Fatal(err)
+	if e.kube != nil {
+		e.addNode("node2")
+		e.addK8sPod("default", "remote", "node2", map[string]string{
+			"cni.projectcalico.org/containerID": "remote0",
+			"cni.projectcalico.org/podIP":       remoteIPs[0].String(),
+			"cni.projectcalico.org/podIPs":      remoteIPs[0].String(),
+		})
+	} else {
+		remote := &api.WorkloadEndpoint{
+			TypeMeta:   api.TypeMeta{Kind: "WorkloadEndpoint", APIVersion: api.GroupVersion},
+			ObjectMeta: api.ObjectMeta{Namespace: "default"},
+			Spec: api.WorkloadEndpointSpec{Orchestrator: "cni", Node: "node2", ContainerID: "remote0", Endpoint: "eth0",
+				InterfaceName: "caliremote0", IPNetworks: []string{remoteIPs[0].String()}},
+		}
+		if _, err := e.store.Create(e.ctx, remote); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	err = e.cni.GCNetworkList(e.ctx, list, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{{ContainerID: keep.rt.ContainerID, IfName: "eth0"}}})
 	if err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	if len(e.endpointsOf(keep.rt.ContainerID)) != 1 || len(e.heldBy("k8s-pod-network."+keep.rt.ContainerID)) != 1 {
+	// addressed counts the container's endpoints that have addresses.
+	addressed := func(containerID string) int {
+		n := 0
+		for _, ep := range e.endpointsOf(containerID) {
+			if len(ep.Spec.IPNetworks) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	if addressed(keep.rt.ContainerID) != 1 || len(e.heldBy("k8s-pod-network."+keep.rt.ContainerID)) != 1 {
 		t.Error("GC removed a valid attachment")
 	}
-	if len(e.endpointsOf(gone.rt.ContainerID)) != 0 || len(e.heldBy("k8s-pod-network."+gone.rt.ContainerID)) != 0 {
+	if addressed(gone.rt.ContainerID) != 0 || len(e.heldBy("k8s-pod-network."+gone.rt.ContainerID)) != 0 {
 		t.Error("GC kept a stale attachment")
+	}
+	if e.kube == nil && len(e.endpointsOf(gone.rt.ContainerID)) != 0 {
+		t.Error("GC kept a stale endpoint")
 	}
 	if len(e.heldBy("k8s-pod-network.leaked0")) != 0 {
 		t.Error("GC kept this node's leaked handle")
 	}
-	if len(e.endpointsOf("remote0")) != 1 || len(e.heldBy("k8s-pod-network.remote0")) != 1 {
+	if addressed("remote0") != 1 || len(e.heldBy("k8s-pod-network.remote0")) != 1 {
 		t.Error("GC touched another node's endpoint or addresses")
 	}
 	e.cni.DelNetworkList(e.ctx, list, keep.rt)

@@ -50,6 +50,15 @@ const (
 	undoTimeout = 3 * time.Second
 )
 
+// requestTimeout bounds one round trip to store: an API server under
+// load queues requests for longer than etcd takes to answer.
+func requestTimeout(store datastore.Store) time.Duration {
+	if store.Type() == datastore.TypeKubernetes {
+		return kddRequestTimeout
+	}
+	return etcdRequestTimeout
+}
+
 // SupportedVersions are the CNI spec versions both plugins speak.
 var SupportedVersions = version.PluginSupports("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
@@ -142,6 +151,12 @@ type host struct {
 	netnsName string
 	// kube: see netConf.kube.
 	kube func(*netConf) (*k8sAPI, error)
+	// dataplane is the agent's tracker when the agent serves the
+	// command; nil in a plugin process (programmed.go).
+	dataplane Dataplane
+	// policyTimeout is the agent's default wait for the dataplane (0:
+	// defaultPolicySetupTimeout, negative: none).
+	policyTimeout time.Duration
 }
 
 func (h *host) getenv(key string) string {
@@ -289,10 +304,10 @@ func (inv *invocation) cniVersion() string {
 	return inv.conf.CNIVersion
 }
 
-// isUnavailable reports whether err means etcd could not be reached or did
-// not answer in time.
+// isUnavailable reports whether err means the datastore (etcd, the
+// Kubernetes API server) could not be reached or did not answer in time.
 func isUnavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, datastore.ErrUnavailable) {
 		return true
 	}
 	if s, ok := status.FromError(err); ok {

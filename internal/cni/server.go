@@ -56,6 +56,15 @@ type Server struct {
 	stores map[string]datastore.Store
 	kubes  map[[sha256.Size]byte]*k8sAPI
 
+	// Dataplane, if set, is the agent's record of what its dataplane
+	// has programmed: ADD reports its stages to it and returns only once
+	// the endpoint is programmed (programmed.go). Set before Run.
+	Dataplane Dataplane
+	// PolicySetupTimeout is how long ADD waits for Dataplane when the
+	// network config does not say (0: defaultPolicySetupTimeout;
+	// negative: do not wait). Set before Run.
+	PolicySetupTimeout time.Duration
+
 	// Served and Declined count requests (tests; metrics below).
 	Served, Declined atomic.Int64
 	metrics          *prometheus.CounterVec
@@ -282,6 +291,9 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 		logTo:  &stderr,
 		stores: s.store,
 		kube:   s.kubeClient,
+
+		dataplane:     s.Dataplane,
+		policyTimeout: s.PolicySetupTimeout,
 	}
 	if nsFile != nil {
 		h.netnsName = env["CNI_NETNS"]
@@ -351,7 +363,9 @@ func sameNamespace(f *os.File, path string) bool {
 
 // store returns the shared store for cfg, connecting on first use.
 func (s *Server) store(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
-	key := strings.Join(slices.Concat(cfg.Endpoints, []string{cfg.CACertFile, cfg.CertFile, cfg.KeyFile}), "\x00")
+	// Everything that says which datastore and how to reach it: two
+	// networks on different Kubernetes API servers get different stores.
+	key := fmt.Sprintf("%#v", []any{cfg.EffectiveType(), cfg.Endpoints, cfg.CACertFile, cfg.CertFile, cfg.KeyFile, cfg.Kube})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.stores[key]; st != nil {

@@ -50,7 +50,8 @@ func Commands() []*cli.Command {
 		},
 		{
 			Name: "apply", Usage: "create or update resources from files",
-			Flags:  []cli.Flag{fileFlag, nsFlag},
+			Flags: []cli.Flag{fileFlag, nsFlag, &cli.BoolFlag{Name: "dry-run",
+				Usage: "write nothing: list the packets (endpoint, peer, protocol, port) whose policy verdict the change would change"}},
 			Action: withSession(cmdApply),
 		},
 		{
@@ -82,6 +83,7 @@ func Commands() []*cli.Command {
 		labelCommand(),
 		convertCommand(),
 		ipamCommand(),
+		policyCommand(),
 		nodeCommand(),
 		datastoreCommand(),
 		versionCommand(),

@@ -22,6 +22,7 @@ type dsEnv struct {
 	store datastore.Store
 	ipam  *ipam.Client
 	kdd   bool
+	kube  *kubetest.Cluster // the API server on KDD; nil on etcd
 }
 
 // onBothDatastores runs fn against etcd and against a kube-apiserver with
@@ -45,6 +46,6 @@ func onBothDatastores(t *testing.T, fn func(t *testing.T, e *dsEnv)) {
 		s := storetest.KDD(t, ctx, k)
 		c := &cli{t: t, bin: filepath.Join(testbin.Dir(t), "calicoctl"), etcd: &etcdtest.Server{},
 			extEnv: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + k.Kubeconfig}}
-		fn(t, &dsEnv{c: c, ctx: ctx, store: s, ipam: ipam.New(s.IPAM(), s, nil), kdd: true})
+		fn(t, &dsEnv{c: c, ctx: ctx, store: s, ipam: ipam.New(s.IPAM(), s, nil), kdd: true, kube: k})
 	})
 }

@@ -1,6 +1,9 @@
 // Package ctl is calicoctl: the verbs that manage Calico resources in the
 // datastore (create, apply, replace, delete, get, patch, label, convert,
-// version, ipam, node) and the client configuration they connect with.
+// version, ipam, node) and the client configuration they connect with,
+// and `policy explain` and `apply --dry-run`, which answer what policy does
+// to a packet from the datastore with the agent's own compiler (package
+// explain; policy.go, dryrun.go).
 // Output follows calicoctl v3.31: its per-kind table templates, its
 // go-template data, and what its clientv3 adds to policies on read.
 //

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
-	"github.com/projectcalico/calico-node/internal/datastore/etcd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
@@ -26,12 +27,14 @@ type ipamFixture struct {
 	goneBlock              netip.Prefix
 }
 
-const ipamResources = `
+const ipamPool = `
 apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool1}
 spec: {cidr: 10.60.0.0/24, blockSize: 26}
----
+`
+
+const ipamNode = `
 apiVersion: projectcalico.org/v3
 kind: Node
 metadata: {name: node1}
@@ -46,23 +49,30 @@ spec: {orchestrator: cni, node: %[1]s, containerID: %[2]s, endpoint: eth0, inter
 `, node, containerID, ip)
 }
 
-func newIPAMFixture(t *testing.T) *ipamFixture {
+// newIPAMFixture fills the datastore e: node1 (on KDD the Kubernetes Node
+// kubelet registers), a pool, and addresses: "used" by a workload on
+// node1, "leaked" by none, "gonepod" by a workload of the missing node
+// "gone" (on KDD Pods with the addresses Calico's CNI plugin writes on
+// them, elsewhere WorkloadEndpoints), and a handle holding nothing.
+func newIPAMFixture(t *testing.T, e *dsEnv) *ipamFixture {
 	t.Helper()
-	f := &ipamFixture{c: newCLI(t)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	f.ctx = ctx
-	if r := f.c.run(ipamResources, "apply", "-f", "-"); r.err != nil {
+	f := &ipamFixture{c: e.c, ctx: e.ctx, ipam: e.ipam}
+	if r := f.c.run(ipamPool, "apply", "-f", "-"); r.err != nil {
 		t.Fatalf("apply: %v %s", r.err, r.stderr)
 	}
-	store, err := etcd.New(ctx, datastore.Config{Endpoints: f.c.etcd.Endpoints})
-	if err != nil {
-		t.Fatal(err)
+	if e.kube != nil {
+		if _, err := e.kube.Client.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// No controller manager: the namespace's ServiceAccount is ours.
+		if _, err := e.kube.Client.CoreV1().ServiceAccounts("default").Create(e.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	} else if r := f.c.run(ipamNode, "apply", "-f", "-"); r.err != nil {
+		t.Fatalf("apply: %v %s", r.err, r.stderr)
 	}
-	t.Cleanup(func() { store.Close() })
-	f.ipam = ipam.New(store.IPAM(), store, nil)
 	assign := func(node, handle string) netip.Addr {
-		v4, _, err := f.ipam.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: node,
+		v4, _, err := f.ipam.AutoAssign(e.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: node,
 			Attrs: map[string]string{"namespace": "default", "pod": strings.TrimPrefix(handle, "k8s-pod-network.")}})
 		if err != nil {
 			t.Fatal(err)
@@ -73,20 +83,40 @@ func newIPAMFixture(t *testing.T) *ipamFixture {
 	f.leaked = assign("node1", "k8s-pod-network.leaked")
 	f.goneAddr = assign("gone", "k8s-pod-network.gonepod")
 	f.goneBlock, _ = f.goneAddr.Prefix(26)
-	for _, w := range []string{wepYAML("node1", "used", f.used.String()), wepYAML("gone", "gonepod", f.goneAddr.String())} {
-		if r := f.c.run(w, "apply", "-f", "-"); r.err != nil {
+	for _, w := range []struct {
+		node, pod string
+		ip        netip.Addr
+	}{{"node1", "used", f.used}, {"gone", "gonepod", f.goneAddr}} {
+		if e.kube != nil {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: w.pod, Namespace: "default", Annotations: map[string]string{
+					"cni.projectcalico.org/containerID": w.pod,
+					"cni.projectcalico.org/podIP":       w.ip.String() + "/32",
+					"cni.projectcalico.org/podIPs":      w.ip.String() + "/32",
+				}},
+				Spec: corev1.PodSpec{NodeName: w.node, Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+			}
+			if _, err := e.kube.Client.CoreV1().Pods("default").Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if r := f.c.run(wepYAML(w.node, w.pod, w.ip.String()), "apply", "-f", "-"); r.err != nil {
 			t.Fatalf("apply wep: %v %s", r.err, r.stderr)
 		}
 	}
 	// A handle holding nothing.
-	if _, err := store.Etcd().Put(ctx, ipam.HandleKey("k8s-pod-network.orphan"), `{"block":{},"deleted":false}`); err != nil {
-		t.Fatal(err)
+	res, err := e.store.IPAM().Txn(e.ctx, datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpPut, Key: ipam.HandleKey("k8s-pod-network.orphan"), Value: []byte(`{"block":{},"deleted":false}`)}}})
+	if err != nil || !res.Succeeded {
+		t.Fatalf("write the orphan handle: %v %v", res, err)
 	}
 	return f
 }
 
-func TestIPAMShow(t *testing.T) {
-	f := newIPAMFixture(t)
+func TestIPAMShow(t *testing.T) { onBothDatastores(t, testIPAMShow) }
+
+func testIPAMShow(t *testing.T, e *dsEnv) {
+	f := newIPAMFixture(t, e)
 	c := f.c
 	out := c.ok("ipam", "show")
 	for _, want := range []string{
@@ -114,11 +144,14 @@ func TestIPAMShow(t *testing.T) {
 		}
 	}
 	// Flags in every position calicoctl users put them.
-	for _, args := range [][]string{
+	positions := [][]string{
 		{"ipam", "show", "--ip=" + f.used.String()},
 		{"ipam", "show", "--ip", f.used.String()},
-		{"--etcd-endpoints", c.etcd.Endpoints[0], "ipam", "show", "--ip", f.used.String()},
-	} {
+	}
+	if !e.kdd {
+		positions = append(positions, []string{"--etcd-endpoints", c.etcd.Endpoints[0], "ipam", "show", "--ip", f.used.String()})
+	}
+	for _, args := range positions {
 		out = c.ok(args...)
 		for _, want := range []string{"IP " + f.used.String() + " is in use", "Handle: k8s-pod-network.used", "  node: node1", "  pod: used"} {
 			if !strings.Contains(out, want) {
@@ -138,8 +171,10 @@ func TestIPAMShow(t *testing.T) {
 	}
 }
 
-func TestIPAMCheckAndRelease(t *testing.T) {
-	f := newIPAMFixture(t)
+func TestIPAMCheckAndRelease(t *testing.T) { onBothDatastores(t, testIPAMCheckAndRelease) }
+
+func testIPAMCheckAndRelease(t *testing.T, e *dsEnv) {
+	f := newIPAMFixture(t, e)
 	c := f.c
 	report := filepath.Join(t.TempDir(), "report.json")
 	out := c.ok("ipam", "check", "-o", report, "--show-problem-ips")

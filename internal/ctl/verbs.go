@@ -34,6 +34,9 @@ func cmdCreate(s *session) error {
 }
 
 func cmdApply(s *session) error {
+	if s.c.Bool("dry-run") {
+		return s.dryRunApply()
+	}
 	return s.writeDocs(writeOp{name: "apply", past: "applied", do: func(s *session, obj api.Object) error {
 		_, err := s.store.Apply(s.ctx, obj)
 		return err

@@ -15,6 +15,12 @@ var (
 	// it too (on the Kubernetes datastore: creating or deleting a Node,
 	// writing a Profile computed from a Namespace).
 	ErrNotSupported = errors.New("operation not supported")
+	// ErrUnavailable is a datastore that could not be reached or could
+	// not serve the request now (connection refused, no answer in time,
+	// an API server overloaded or starting): the same request may
+	// succeed later. Backends wrap their transport errors so that
+	// errors.Is finds it; the error text names the server.
+	ErrUnavailable = errors.New("datastore unavailable")
 )
 
 // Error is the error every Store method returns: the operation, the

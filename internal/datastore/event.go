@@ -22,6 +22,10 @@ const (
 	// Reset: the watch restarted; Objects is the complete current set of
 	// what is watched, replacing everything seen before.
 	Reset
+	// InSync: the stream is current again after it reported errors: every
+	// watch behind it is established and every change it missed meanwhile
+	// has been sent. A backend whose recovery is a Reset sends no InSync.
+	InSync
 )
 
 func (t EventType) String() string {
@@ -34,6 +38,8 @@ func (t EventType) String() string {
 		return "Deleted"
 	case Reset:
 		return "Reset"
+	case InSync:
+		return "InSync"
 	}
 	return fmt.Sprintf("EventType(%d)", int(t))
 }

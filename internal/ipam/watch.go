@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -58,6 +59,10 @@ type blockWatch struct {
 	// block) change none, and publish then costs nothing instead of a
 	// snapshot of every block in the cluster.
 	changed bool
+	// failing is set from an unreachable datastore's error to the Reset
+	// that follows the watch's recovery: while the datastore is down the
+	// watch retries every few seconds, logged once.
+	failing bool
 	// last is the state as last published (nil before the first), kept
 	// private because the receiver owns the maps it is given; pending is
 	// the newest snapshot not yet taken by the receiver.
@@ -113,13 +118,24 @@ func (w *blockWatch) handle(ev datastore.KVEvent) {
 			w.apply(kv.Key, kv.Value, false)
 		}
 		w.synced, w.changed = true, true
+		if w.failing {
+			w.log.Info("IPAM block watch current again")
+			w.failing = false
+		}
 	case datastore.KVPut:
 		w.apply(ev.KV.Key, ev.KV.Value, false)
 	case datastore.KVDelete:
 		w.apply(ev.KV.Key, nil, true)
 	default:
-		if ev.Err != nil {
+		switch {
+		case ev.Err == nil:
+		case !errors.Is(ev.Err, datastore.ErrUnavailable):
 			w.log.Warn("IPAM block watch failed; relisting", "err", ev.Err)
+		case w.failing:
+			w.log.Debug("IPAM block watch: datastore still unreachable", "err", ev.Err)
+		default:
+			w.log.Warn("IPAM block watch: datastore unreachable; the routes stay as they are until it is back", "err", ev.Err)
+			w.failing = true
 		}
 		return
 	}

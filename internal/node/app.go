@@ -17,6 +17,7 @@ func NewApp() *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			runCommand(),
+			planCommand(),
 			fanoutCommand(),
 			cleanupCommand(),
 			ctl.StatusCommand(),

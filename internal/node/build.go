@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"k8s.io/klog/v2"
 
 	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/bgp"
@@ -38,21 +40,22 @@ type actors struct {
 	store   *storeFuture // resolved by startup
 	// watchKV is where the IPAM watches (BGP's, the blocks') read: the
 	// datastore's, or the fan-out's when the agent reads one.
-	watchKV         datastore.KV
-	confwatch       *confwatch.Watcher
-	confwatchHealth *health.Reporter
-	routes          *routetable.Table // nil unless BGP or the dataplane feeds it
-	felixConfig     *agent.FelixConfig
-	felixMetrics    *agent.MetricsServer // FelixConfiguration prometheusMetrics*: Felix's port (9091)
-	ctrlMetrics     *ctrlMetrics         // KubeControllersConfiguration prometheusMetricsPort (9094)
-	bgp             *bgp.Actor
-	bgpServices     *bgp.ServiceWatcher // nil without a Kubernetes API
-	dataplane       *dataplane
-	cniServer       *cni.Server
-	installCNI      *cniinstall.Installer
-	controllers     *controllers.Controllers
+	watchKV      datastore.KV
+	confwatch    *confwatch.Watcher
+	routes       *routetable.Table // nil unless BGP or the dataplane feeds it
+	felixConfig  *agent.FelixConfig
+	felixMetrics *agent.MetricsServer // FelixConfiguration prometheusMetrics*: Felix's port (9091)
+	ctrlMetrics  *ctrlMetrics         // KubeControllersConfiguration prometheusMetricsPort (9094)
+	bgp          *bgp.Actor
+	bgpServices  *bgp.ServiceWatcher // nil without a Kubernetes API
+	dataplane    *dataplane
+	epstatus     *epstatus.Tracker // what the dataplane programmed; nil without it
+	statusAPI    *epstatus.Server
+	cniServer    *cni.Server
+	installCNI   *cniinstall.Installer
+	controllers  *controllers.Controllers
 
-	nl *netlink.Handle // the routes' and overlay's; closed by close
+	nl *routetable.Netlink // the routes' and overlay's; closed by close
 }
 
 // close releases what building opened.
@@ -93,6 +96,16 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 	if err := b.controlPlane(a); err != nil {
 		return nil, err
 	}
+	if cfg.dataplane {
+		// Told by the policy actor, the route table and BGP what they
+		// programmed (built first: BGP is built in routing).
+		a.epstatus = epstatus.New(epstatus.Config{
+			Node: cfg.node.NodeName, Env: cfg.kube.felix.Spec, Registerer: b.reg, Logger: logger,
+		}, a.confwatch)
+		if cfg.statusSocket != "" {
+			a.statusAPI = epstatus.NewServer(cfg.statusSocket, a.epstatus, logger)
+		}
+	}
 	if err := b.routing(a); err != nil {
 		return nil, err
 	}
@@ -105,8 +118,14 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 		// The plugin processes on this node hand their commands to it
 		// (package cnientry) and fall back to running them themselves
 		// while it is not there. It needs no dataplane: it does what
-		// the plugin would, so --dataplane=none serves it too.
+		// the plugin would, so --dataplane=none serves it too. With the
+		// dataplane, ADD returns once the pod's policy and routes are
+		// programmed.
 		a.cniServer = cni.NewServer(cfg.cniSocket, b.reg, logger)
+		if a.epstatus != nil {
+			a.cniServer.Dataplane = a.epstatus
+			a.cniServer.PolicySetupTimeout = cfg.policySetupTimeout
+		}
 	}
 	if err := b.kube(a); err != nil { // run_k8s.go
 		return nil, err
@@ -154,8 +173,9 @@ func (b *builder) controlPlane(a *actors) error {
 		b.log.Info("reading Calico's resources from the fan-out, not the datastore", "fanout", fo.addr, "tls", fo.caFile != "")
 	}
 	a.confwatch = confwatch.New(src, b.log, b.reg)
-	a.confwatchHealth = b.agg.Register("confwatch", true, true, 0)
-	a.confwatchHealth.Report(true, false, "waiting for datastore")
+	confwatchHealth := b.agg.Register("confwatch", true, true, 0)
+	confwatchHealth.Report(true, false, "waiting for datastore")
+	a.confwatch.ReportHealthTo(confwatchHealth)
 	return nil
 }
 
@@ -189,8 +209,8 @@ func (b *builder) routing(a *actors) error {
 	}
 	// A handle with its own socket: the zero netlink.Handle opens and
 	// closes a socket per request, which dominates installing thousands
-	// of routes.
-	nl, err := netlink.NewHandle()
+	// of routes; and a second socket that writes routes in batches.
+	nl, err := routetable.NewNetlink(netns.None())
 	if err != nil {
 		return fmt.Errorf("open netlink: %w", err)
 	}
@@ -250,8 +270,19 @@ func (b *builder) routing(a *actors) error {
 			Secrets:      bgp.SecretsDir(b.cfg.bgp.secretsDir),
 			Logger:       b.log,
 			Registerer:   b.reg,
+			Advertised:   advertised(a.epstatus),
 			Services:     services,
+			Routes:       a.routes,
 		}, a.confwatch.Subscribe(bgp.Kinds()...), a.watchKV, a.routes, b.agg.Register("bgp", true, true, 0))
 	}
 	return nil
+}
+
+// advertised is BGP's report of what it originates to the tracker (nil
+// without a dataplane).
+func advertised(t *epstatus.Tracker) func([]netip.Prefix) {
+	if t == nil {
+		return nil
+	}
+	return t.Advertised
 }

@@ -2,9 +2,11 @@ package node
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/internal/cni"
@@ -35,6 +37,8 @@ func cleanupCommand() *cli.Command {
 			&cli.StringFlag{Name: "cni-conf-name", EnvVars: env("CNI_CONF_NAME"), Value: cniinstall.DefaultConfName},
 			&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "the agent's CNI socket (none: leave out)"},
 			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "the agent's BGP status socket (none: leave out)"},
+			&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "the agent's status socket (none: leave out)"},
+			&cli.StringFlag{Name: "endpoint-status-path-prefix", EnvVars: env("FELIX_ENDPOINTSTATUSPATHPREFIX"), Value: epstatus.DefaultPathPrefix, Usage: "where the agent keeps endpoint-status/ (felix's endpointStatusPathPrefix; none: leave out)"},
 			&cli.StringFlag{Name: "ipam-lock-file", Value: cni.DefaultIPAMLockFile, Usage: "the CNI plugin's IPAM lock (the CNI config's ipam_lock_file; none: leave out)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -55,6 +59,8 @@ func cleanupCommand() *cli.Command {
 				CNISocket:    none("cni-socket"),
 				BGPSocket:    none("bgp-status-socket"),
 				IPAMLockFile: none("ipam-lock-file"),
+				StatusSocket: none("status-socket"),
+				StatusDir:    statusDir(none("endpoint-status-path-prefix")),
 				Options:      cleanup.Options{Workloads: c.Bool("workloads"), RemoveData: c.Bool("remove-data")},
 				Force:        c.Bool("force"),
 				DryRun:       c.Bool("dry-run"),
@@ -62,6 +68,14 @@ func cleanupCommand() *cli.Command {
 			return cleanup.Run(c.Context, cfg, c.App.Writer)
 		},
 	}
+}
+
+// statusDir is the endpoint status directory under prefix ("" none).
+func statusDir(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	return filepath.Join(prefix, epstatus.DirName)
 }
 
 // holdAgentLock marks this node as having a running agent for the life of

@@ -3,10 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/projectcalico/calico-node/agent"
 	"github.com/projectcalico/calico-node/agent/overlay"
@@ -51,16 +48,7 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// The host's iptables flavour, not the image's default: in the
 	// calico-node container `iptables` is the image's (xtables.DetectMode).
 	runner := xtables.ExecRunner{}
-	want := ""
-	if felixEnv != nil && felixEnv.IptablesBackend != nil {
-		switch *felixEnv.IptablesBackend {
-		case api.IptablesBackendLegacy:
-			want = "legacy"
-		case api.IptablesBackendNFTables:
-			want = "nft"
-		}
-	}
-	mode, err := xtables.DetectMode(ctx, runner, want)
+	mode, err := iptablesMode(ctx, runner, felixEnv)
 	if err != nil {
 		return nil, fmt.Errorf("dataplane: %w", err)
 	}
@@ -87,12 +75,15 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	// the kernel support it.
 	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	dp.policy = agent.NewPolicy(agent.PolicyConfig{
-		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: hostInterfaces,
+		Node: node, Resync: agent.DefaultRefreshInterval, HostInterfaces: agent.NetlinkHostInterfaces,
 		Registerer: b.reg, Logger: b.log,
 		NATRandomFully: xtables.RandomFully(ctx, runner, b4, string(release)),
 	}, a.confwatch, xtablesApplier{xtables.New(b4, runner, metrics, b.log)}, v6)
 	dp.policy.Overrides = felixEnv // FELIX_* env beats the datastore, as in felix
 	dp.policy.Gate = dp.ready
+	// What policy and routes have programmed, for CNI ADD to wait on.
+	dp.policy.Programmed = a.epstatus.PolicyApplied
+	a.routes.OnApplied(a.epstatus.RoutesApplied)
 
 	dp.overlay = overlay.New(overlay.Config{NodeName: node, Resync: dataplaneResync, Logger: b.log, FelixEnv: felixEnv}, overlay.Deps{
 		Updates: a.confwatch.Subscribe(overlay.Kinds()...),
@@ -105,6 +96,21 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	return dp, nil
 }
 
+// iptablesMode is the iptables flavour the agent programs:
+// FELIX_IPTABLESBACKEND's, else the one the host's other users program.
+func iptablesMode(ctx context.Context, runner xtables.Runner, felixEnv *api.FelixConfigurationSpec) (string, error) {
+	want := ""
+	if felixEnv != nil && felixEnv.IptablesBackend != nil {
+		switch *felixEnv.IptablesBackend {
+		case api.IptablesBackendLegacy:
+			want = "legacy"
+		case api.IptablesBackendNFTables:
+			want = "nft"
+		}
+	}
+	return xtables.DetectMode(ctx, runner, want)
+}
+
 // xtablesApplier is the iptables-restore programmer as the policy actor
 // uses it: what one Apply changed is for the programmer's own tests.
 type xtablesApplier struct{ *xtables.Programmer }
@@ -112,25 +118,4 @@ type xtablesApplier struct{ *xtables.Programmer }
 func (x xtablesApplier) Apply(ctx context.Context, f *policy.Family) error {
 	_, err := x.Programmer.Apply(ctx, f)
 	return err
-}
-
-// hostInterfaces lists the addresses of this namespace's interfaces.
-func hostInterfaces() (map[string][]netip.Addr, error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	out := map[string][]netip.Addr{}
-	for _, l := range links {
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, fmt.Errorf("list addresses of %s: %w", l.Attrs().Name, err)
-		}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				out[l.Attrs().Name] = append(out[l.Attrs().Name], ip.Unmap())
-			}
-		}
-	}
-	return out, nil
 }

@@ -1,5 +1,5 @@
-// Package node is the calico-node app: the urfave/cli commands (run, ctl,
-// status, version) and `calico-node run`, the one oklog/run group that
+// Package node is the calico-node app: the urfave/cli commands (run, plan,
+// cleanup, ctl, status, version) and `calico-node run`, the one oklog/run group that
 // replaces felix, BIRD + confd, install-cni and kube-controllers.
 //
 // Design: run reads its flags and environment (run.go, run_k8s.go), builds
@@ -12,6 +12,10 @@
 // confwatch's Synced, the datastore future's Ready). The datastore
 // connection does not exist while the actors are built: they get a future
 // (future.go) that the startup actor resolves once the node is registered.
+//
+// `calico-node plan` (plan.go) reads run's configuration, computes each
+// dataplane part's desired state with the actors' own functions and asks
+// each programmer what it would write, without writing.
 //
 // Beside it: startup (node registration, default pools), autodetect (the
 // node's IP), health (/liveness, /readiness, /metrics) and embedetcd (the

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/projectcalico/calico-node/agent"
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/internal/buildinfo"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
@@ -41,6 +42,13 @@ type runConfig struct {
 	kube          kubeConfig // run_k8s.go
 	dataplane     bool       // program routes, policy and overlays in this namespace
 	cniSocket     string     // where plugin processes forward CNI commands; "" off
+	// statusSocket serves the endpoint timelines (`calicoctl node
+	// timeline`); "" off.
+	statusSocket string
+	// policySetupTimeout is how long a CNI ADD the agent serves waits
+	// for the endpoint's policy and routes when the network config does
+	// not say; negative: not at all.
+	policySetupTimeout time.Duration
 	// fanout, when its address is set, is the `calico-node fanout` the
 	// agent reads Calico's resources and IPAM watches from instead of
 	// watching the datastore itself (fanout.go).
@@ -56,49 +64,10 @@ type bgpConfig struct {
 }
 
 func runCommand() *cli.Command {
-	env := func(names ...string) []string { return names }
 	return &cli.Command{
 		Name:  "run",
 		Usage: "run the node agent (datastore watch, node registration, health; embedded etcd when no endpoints are given)",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
-			&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
-			&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
-			&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
-			&cli.StringFlag{Name: "etcd-key-file", EnvVars: env("ETCD_KEY_FILE")},
-			&cli.StringFlag{Name: "etcd-username", EnvVars: env("ETCD_USERNAME")},
-			&cli.StringFlag{Name: "etcd-password", EnvVars: env("ETCD_PASSWORD")},
-			&cli.StringFlag{Name: "data-dir", EnvVars: env("CALICO_DATA_DIR"), Value: "/var/lib/calico", Usage: "state directory (embedded etcd data, nodename file)"},
-			&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
-			&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
-			&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
-			&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error (default: FelixConfiguration logSeverityScreen, else info)"},
-			&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
-			&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
-			&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
-			&cli.StringFlag{Name: "ip-autodetection-method", EnvVars: env("IP_AUTODETECTION_METHOD"), Value: "first-found"},
-			&cli.StringFlag{Name: "ip6-autodetection-method", EnvVars: env("IP6_AUTODETECTION_METHOD"), Value: "first-found"},
-			&cli.StringFlag{Name: "as", EnvVars: env("AS"), Usage: "this node's AS number (default: BGPConfiguration's)"},
-			&cli.StringFlag{Name: "ipv4pool-cidr", EnvVars: env("CALICO_IPV4POOL_CIDR"), Value: "192.168.0.0/16"},
-			&cli.StringFlag{Name: "ipv4pool-ipip", EnvVars: env("CALICO_IPV4POOL_IPIP"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv4pool-vxlan", EnvVars: env("CALICO_IPV4POOL_VXLAN"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv4pool-nat-outgoing", EnvVars: env("CALICO_IPV4POOL_NAT_OUTGOING"), Value: "true"},
-			&cli.IntFlag{Name: "ipv4pool-block-size", EnvVars: env("CALICO_IPV4POOL_BLOCK_SIZE")},
-			&cli.StringFlag{Name: "ipv4pool-node-selector", EnvVars: env("CALICO_IPV4POOL_NODE_SELECTOR")},
-			&cli.StringFlag{Name: "ipv6pool-cidr", EnvVars: env("CALICO_IPV6POOL_CIDR")},
-			&cli.StringFlag{Name: "ipv6pool-vxlan", EnvVars: env("CALICO_IPV6POOL_VXLAN"), Value: "Never"},
-			&cli.StringFlag{Name: "ipv6pool-nat-outgoing", EnvVars: env("CALICO_IPV6POOL_NAT_OUTGOING"), Value: "false"},
-			&cli.IntFlag{Name: "ipv6pool-block-size", EnvVars: env("CALICO_IPV6POOL_BLOCK_SIZE")},
-			&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
-			&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
-			&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
-			&cli.StringFlag{Name: "dataplane", EnvVars: env("CALICO_DATAPLANE"), Value: "iptables", Usage: "iptables: program routes, policy and overlays; none: control plane only (no kernel changes)"},
-			&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
-			&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
-			&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
-			&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
-			&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
-		}, append(kubeFlags(), fanoutClientFlags()...)...),
+		Flags: runFlags(),
 		Action: func(c *cli.Context) error {
 			cfg, err := runConfigFrom(c, os.Getenv)
 			if err != nil {
@@ -117,6 +86,53 @@ func runCommand() *cli.Command {
 			return runNode(c.Context, cfg, logger, level)
 		},
 	}
+}
+
+// runFlags are `calico-node run`'s flags (and `plan`'s, which reads the
+// same configuration).
+func runFlags() []cli.Flag {
+	env := func(names ...string) []string { return names }
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "datastore-type", EnvVars: env("DATASTORE_TYPE"), Value: datastore.TypeEtcd, Usage: "etcdv3, or kubernetes: Calico data in the Kubernetes API (KUBECONFIG, else the pod's service account)"},
+		&cli.StringFlag{Name: "etcd-endpoints", EnvVars: env("ETCD_ENDPOINTS"), Usage: "comma-separated etcd endpoints; empty starts an embedded etcd"},
+		&cli.StringFlag{Name: "etcd-ca-cert-file", EnvVars: env("ETCD_CA_CERT_FILE")},
+		&cli.StringFlag{Name: "etcd-cert-file", EnvVars: env("ETCD_CERT_FILE")},
+		&cli.StringFlag{Name: "etcd-key-file", EnvVars: env("ETCD_KEY_FILE")},
+		&cli.StringFlag{Name: "etcd-username", EnvVars: env("ETCD_USERNAME")},
+		&cli.StringFlag{Name: "etcd-password", EnvVars: env("ETCD_PASSWORD")},
+		&cli.StringFlag{Name: "data-dir", EnvVars: env("CALICO_DATA_DIR"), Value: "/var/lib/calico", Usage: "state directory (embedded etcd data, nodename file)"},
+		&cli.StringFlag{Name: "embedded-etcd-client-url", Value: "http://127.0.0.1:2379", Usage: "client URL of the embedded etcd"},
+		&cli.StringFlag{Name: "embedded-etcd-peer-url", Value: "http://127.0.0.1:2380", Usage: "peer URL of the embedded etcd"},
+		&cli.StringFlag{Name: "health-addr", Usage: "health and metrics listen address (default FELIX_HEALTHHOST:FELIX_HEALTHPORT, else 127.0.0.1:9099)"},
+		&cli.StringFlag{Name: "log-level", EnvVars: env("CALICO_LOG_LEVEL", "FELIX_LOGSEVERITYSCREEN"), Value: "info", Usage: "debug, info, warning, error (default: FelixConfiguration logSeverityScreen, else info)"},
+		&cli.StringFlag{Name: "nodename", EnvVars: env("NODENAME"), Usage: "this node's name (default: HOSTNAME, then the hostname)"},
+		&cli.StringFlag{Name: "ip", EnvVars: env("IP"), Usage: "IPv4 address: an address, autodetect, none, or empty to keep the registered one"},
+		&cli.StringFlag{Name: "ip6", EnvVars: env("IP6"), Usage: "IPv6 address: an address, autodetect or none (default none)"},
+		&cli.StringFlag{Name: "ip-autodetection-method", EnvVars: env("IP_AUTODETECTION_METHOD"), Value: "first-found"},
+		&cli.StringFlag{Name: "ip6-autodetection-method", EnvVars: env("IP6_AUTODETECTION_METHOD"), Value: "first-found"},
+		&cli.StringFlag{Name: "as", EnvVars: env("AS"), Usage: "this node's AS number (default: BGPConfiguration's)"},
+		&cli.StringFlag{Name: "ipv4pool-cidr", EnvVars: env("CALICO_IPV4POOL_CIDR"), Value: "192.168.0.0/16"},
+		&cli.StringFlag{Name: "ipv4pool-ipip", EnvVars: env("CALICO_IPV4POOL_IPIP"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv4pool-vxlan", EnvVars: env("CALICO_IPV4POOL_VXLAN"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv4pool-nat-outgoing", EnvVars: env("CALICO_IPV4POOL_NAT_OUTGOING"), Value: "true"},
+		&cli.IntFlag{Name: "ipv4pool-block-size", EnvVars: env("CALICO_IPV4POOL_BLOCK_SIZE")},
+		&cli.StringFlag{Name: "ipv4pool-node-selector", EnvVars: env("CALICO_IPV4POOL_NODE_SELECTOR")},
+		&cli.StringFlag{Name: "ipv6pool-cidr", EnvVars: env("CALICO_IPV6POOL_CIDR")},
+		&cli.StringFlag{Name: "ipv6pool-vxlan", EnvVars: env("CALICO_IPV6POOL_VXLAN"), Value: "Never"},
+		&cli.StringFlag{Name: "ipv6pool-nat-outgoing", EnvVars: env("CALICO_IPV6POOL_NAT_OUTGOING"), Value: "false"},
+		&cli.IntFlag{Name: "ipv6pool-block-size", EnvVars: env("CALICO_IPV6POOL_BLOCK_SIZE")},
+		&cli.StringFlag{Name: "ipv6pool-node-selector", EnvVars: env("CALICO_IPV6POOL_NODE_SELECTOR")},
+		&cli.BoolFlag{Name: "no-default-pools", EnvVars: env("NO_DEFAULT_POOLS")},
+		&cli.StringFlag{Name: "cluster-type", EnvVars: env("CLUSTER_TYPE")},
+		&cli.StringFlag{Name: "dataplane", EnvVars: env("CALICO_DATAPLANE"), Value: "iptables", Usage: "iptables: program routes, policy and overlays; none: control plane only (no kernel changes)"},
+		&cli.StringFlag{Name: "networking-backend", EnvVars: env("CALICO_NETWORKING_BACKEND"), Value: "bird", Usage: "bird: run the BGP speaker; vxlan or none: no BGP"},
+		&cli.StringFlag{Name: "bgp-status-socket", EnvVars: env("CALICO_BGP_STATUS_SOCKET"), Value: bgp.DefaultStatusSocket, Usage: "unix socket answering `calicoctl node status`"},
+		&cli.IntFlag{Name: "bgp-listen-port", EnvVars: env("CALICO_BGP_LISTEN_PORT"), Usage: "BGP listen port of this node (default: BGPConfiguration listenPort, else 179)"},
+		&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
+		&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "unix socket serving the endpoint timelines of `calicoctl node timeline` (none: off)"},
+		&cli.StringFlag{Name: "policy-setup-timeout", EnvVars: env("CALICO_POLICY_SETUP_TIMEOUT"), Value: "5s", Usage: "how long a CNI ADD the agent serves waits for the pod's policy and routes to be programmed before failing, when the CNI config's policy_setup_timeout_seconds does not say (seconds or a duration; 0: do not wait)"},
+		&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
+	}, append(kubeFlags(), fanoutClientFlags()...)...)
 }
 
 // datastoreConfigFrom reads the datastore flags (and the K8S_*
@@ -237,6 +253,17 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 	if cfg.cniSocket = c.String("cni-socket"); cfg.cniSocket == "none" {
 		cfg.cniSocket = ""
 	}
+	if cfg.statusSocket = c.String("status-socket"); cfg.statusSocket == "none" {
+		cfg.statusSocket = ""
+	}
+	timeout, err := parseSeconds("CALICO_POLICY_SETUP_TIMEOUT", c.String("policy-setup-timeout"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.policySetupTimeout = timeout
+	if timeout == 0 {
+		cfg.policySetupTimeout = -1 // the CNI server's "do not wait"
+	}
 	cfg.bgp.statusSocket = c.String("bgp-status-socket")
 	cfg.bgp.listenPort = c.Int("bgp-listen-port")
 	if p := cfg.bgp.listenPort; p < 0 || p > 65535 {
@@ -250,6 +277,19 @@ func runConfigFrom(c *cli.Context, getenv func(string) string) (runConfig, error
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// parseSeconds reads a duration given as seconds ("5", "0.5") or as a Go
+// duration ("5s", "250ms").
+func parseSeconds(name, v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("%s=%q is not a duration (seconds, or e.g. 5s)", name, v)
 }
 
 func parseBool(name, v string) (bool, error) {
@@ -323,6 +363,9 @@ func (a *actors) run(ctx context.Context) error {
 	if dp := a.dataplane; dp != nil {
 		g.add("datastore ready", dp.ready.Run)
 		known := dp.ready.Known()
+		// What the dataplane has programmed: CNI ADD waits on it; the
+		// status files and timelines.
+		g.add("endpoint status", after(synced, a.epstatus.Run))
 		g.add("endpoints", after(known, dp.endpoints.Run))
 		g.add("blackholes", after(known, dp.blackholes.Run))
 		g.add("policy", after(known, dp.policy.Run))
@@ -332,6 +375,10 @@ func (a *actors) run(ctx context.Context) error {
 	// node's namespace, so it serves from the start.
 	if a.cniServer != nil {
 		g.add("cni server", a.cniServer.Run)
+	}
+	// The endpoint timelines, for `calicoctl node timeline`.
+	if a.statusAPI != nil {
+		g.add("status api", a.statusAPI.Run)
 	}
 	// FelixConfiguration settings applied at runtime.
 	g.add("felixconfig", a.felixConfig.Run)
@@ -352,16 +399,9 @@ func (a *actors) run(ctx context.Context) error {
 	return g.run()
 }
 
-// runConfwatch runs the cache and reports it in sync to the health
-// aggregator.
+// runConfwatch runs the cache, which reports its health itself (in
+// sync, or the datastore unreachable).
 func (a *actors) runConfwatch(ctx context.Context) error {
-	go func() {
-		select {
-		case <-a.confwatch.Synced():
-			a.confwatchHealth.Report(true, true, "in sync")
-		case <-ctx.Done():
-		}
-	}()
 	err := a.confwatch.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

@@ -41,11 +41,18 @@ func (n *fullNode) start(t *testing.T, args, env []string) *proctest.Proc {
 		"NODENAME=cfgerr", "IP=198.51.100.30/24",
 		"CALICO_NETWORKING_BACKEND=bird", "CALICO_DATAPLANE=iptables",
 		"CALICO_BGP_STATUS_SOCKET=" + n.bgpSocket, "CALICO_CNI_SOCKET=" + n.cniSocket,
+		"CALICO_STATUS_SOCKET=" + n.statusSocket(),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX=" + filepath.Dir(n.cniSocket),
 		"CNI_NETWORK_CONFIG=" + `{"name": "k8s-pod-network", "cniVersion": "0.3.1", "type": "calico", "mtu": __CNI_MTU__}`,
 		"CALICO_CNI_CONF_DIR=" + n.conf, "CALICO_CNI_BIN_DIR=" + n.bin,
 		"CALICO_SERVICE_ACCOUNT_DIR=" + filepath.Join(n.data, "no-service-account"),
 	}, env...)
 	return proctest.Start(t, "calico-node", cmd)
+}
+
+// statusSocket is the agent's status socket, beside its CNI socket.
+func (n *fullNode) statusSocket() string {
+	return filepath.Join(filepath.Dir(n.cniSocket), "status.sock")
 }
 
 // traces lists what a started actor leaves behind: a listener's log
@@ -59,6 +66,7 @@ func (n *fullNode) traces(t *testing.T, logs string) []string {
 	}
 	for _, path := range []string{
 		n.cniSocket, n.bgpSocket, filepath.Join(n.data, "etcd"), filepath.Join(n.data, "nodename"),
+		n.statusSocket(), filepath.Join(filepath.Dir(n.cniSocket), "endpoint-status", ".agent"),
 		filepath.Join(n.conf, "10-calico.conflist"), filepath.Join(n.bin, "calico"),
 	} {
 		if _, err := os.Stat(path); err == nil {
@@ -135,7 +143,7 @@ func TestConfigErrorStartsNothing(t *testing.T) {
 	t.Run("valid configuration", func(t *testing.T) {
 		n := newFullNode(t)
 		p := n.start(t, nil, nil)
-		const running = 10 // every trace but "log: stopped"
+		const running = 12 // every trace but "log: stopped"
 		var found []string
 		p.WaitFor(t, 60*time.Second, "every actor's trace", func() bool {
 			found = n.traces(t, p.Log.String())

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -86,5 +87,27 @@ func BenchmarkRender(b *testing.B) {
 	res := policy.Compile(benchSnapshot())
 	for b.Loop() {
 		_ = policy.Render(policy.TableFilter, res.V4.Filter.Chains, res.V4.Filter.Hooks...)
+	}
+}
+
+// BenchmarkCompileIncremental measures a policy change at the benchmark
+// cluster's scale through policy.Compiler: one policy's port flips
+// between two values, so every compilation follows a one-policy change.
+func BenchmarkCompileIncremental(b *testing.B) {
+	s := benchSnapshot()
+	alt := *s
+	alt.NetworkPolicies = slices.Clone(s.NetworkPolicies)
+	p := &alt.NetworkPolicies[0]
+	p.Spec.Ingress = slices.Clone(p.Spec.Ingress)
+	p.Spec.Ingress[0].Destination.Ports = ports("81")
+	ic := policy.NewCompiler()
+	ic.Compile(s)
+	i := 0
+	for b.Loop() {
+		if i++; i%2 == 0 {
+			ic.Compile(s)
+		} else {
+			ic.Compile(&alt)
+		}
 	}
 }

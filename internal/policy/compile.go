@@ -75,18 +75,22 @@ func (f *Family) IPSet(name string) *IPSet {
 // Compile computes the desired chains, hooks and IP sets for the node. It
 // is pure: the same snapshot always gives the same result, and it neither
 // reads nor changes anything outside its argument.
-func Compile(s *Snapshot) *Result {
+func Compile(s *Snapshot) *Result { return compile(s, nil, nil) }
+
+// compile is Compile, keeping endpoint chains in cc and workloads'
+// selector matches in mc (nil: none kept).
+func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 	cfg := s.Config.withDefaults()
-	m := buildModel(s)
+	m := buildModel(s, mc)
 	mk, ok := allocMarks(cfg.MarkMask)
 	if !ok {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)
 		mk, _ = allocMarks(0xffff0000)
 	}
 	rules := m.parseAllRules()
-	res := &Result{V4: compileFamily(4, cfg, mk, m, rules)}
+	res := &Result{V4: compileFamily(4, cfg, mk, m, rules, cc)}
 	if cfg.IPv6 {
-		res.V6 = compileFamily(6, cfg, mk, m, rules)
+		res.V6 = compileFamily(6, cfg, mk, m, rules, cc)
 	}
 	res.Problems = m.problems
 	return res
@@ -130,6 +134,7 @@ func (m *model) parseAllRules() *parsedRules {
 				m.problem("%s rule %d: left out: %v", what, i, err)
 				continue
 			}
+			r.index = i
 			if r.note != "" {
 				m.problem("%s rule %d: %s", what, i, r.note)
 			}
@@ -169,8 +174,9 @@ func (m *model) parseAllRules() *parsedRules {
 	return pr
 }
 
-func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules) *Family {
-	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg)}
+func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules, cc *chainCache) *Family {
+	c := &famCompiler{version: version, cfg: cfg, marks: mk, encap: m.encapFor(version, cfg), orig: origins{}, cache: cc,
+		groupNames: map[string]string{}}
 	f := &Family{
 		Version: version,
 		Filter:  c.filterTable(m, pr),
@@ -220,13 +226,13 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	for _, ep := range m.workloads {
 		ifaces = append(ifaces, ep.iface)
 		tb.chains = append(tb.chains,
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToWorkload, ep.iface), tiers: ep.ingress,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToWorkload, ep.iface), ep: ep, tiers: ep.ingress,
 				profiles: ep.profiles, inbound: true}, tb),
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromWorkload, ep.iface), tiers: ep.egress,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromWorkload, ep.iface), ep: ep, tiers: ep.egress,
 				profiles: ep.profiles, inbound: false, dropEncap: true}, tb),
 		)
 	}
-	unknown := []Rule{{Action: c.deny(), Comment: []string{"Unknown interface"}}}
+	unknown := []Rule{{Action: c.deny(), Comment: []string{"Unknown interface"}, Origin: c.orig.get(Origin{Kind: OriginUnknownInterface})}}
 	tb.chains = append(tb.chains, dispatchChains(chainFromWLDispatch, ifaces, false,
 		func(i string) string { return endpointChain(pfxFromWorkload, i) }, unknown)...)
 	tb.chains = append(tb.chains, dispatchChains(chainToWLDispatch, ifaces, true,
@@ -242,13 +248,13 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 			hifaces = append(hifaces, ep.iface)
 		}
 		tb.chains = append(tb.chains,
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), tiers: ep.ingress,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), ep: ep, host: true, tiers: ep.ingress,
 				profiles: ep.profiles, inbound: true, failsafe: chainFailsafeIn}, tb),
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), tiers: ep.egress,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), ep: ep, host: true, tiers: ep.egress,
 				profiles: ep.profiles, inbound: false, failsafe: chainFailsafeOut}, tb),
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHostForward, ep.iface), kind: kindForward,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHostForward, ep.iface), ep: ep, host: true, kind: kindForward,
 				tiers: ep.fwdIngress, inbound: true}, tb),
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHostForward, ep.iface), kind: kindForward,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHostForward, ep.iface), ep: ep, host: true, kind: kindForward,
 				tiers: ep.fwdEgress, inbound: false}, tb),
 		)
 	}
@@ -284,8 +290,8 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress", profileOwner(p))},
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p))},
+			Chain{Name: profileChain(pfxProfileIn, p), Rules: c.renderRules(pr.profileIn[p], "Profile "+p+" ingress", profileOwner(p), Origin{Profile: p, Ingress: true})},
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p), Origin{Profile: p})},
 		)
 	}
 	return Table{
@@ -317,9 +323,9 @@ func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 			continue
 		}
 		tb.chains = append(tb.chains,
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindUntracked,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), ep: ep, host: true, kind: kindUntracked,
 				tiers: ep.untrackedIn, inbound: true, failsafe: chainFailsafeIn}, tb),
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), kind: kindUntracked,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), ep: ep, host: true, kind: kindUntracked,
 				tiers: ep.untrackedOut, inbound: false, failsafe: chainFailsafeOut}, tb),
 		)
 	}
@@ -385,7 +391,7 @@ func (c *famCompiler) manglePreDNAT(m *model, tb *tableBuild) bool {
 			ifaces = append(ifaces, ep.iface)
 		}
 		tb.chains = append(tb.chains,
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), kind: kindPreDNAT,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxFromHost, ep.iface), ep: ep, host: true, kind: kindPreDNAT,
 				tiers: ep.preDNATIn, inbound: true, failsafe: chainFailsafeIn, allow: c.mangleAllow()}, tb))
 	}
 	if len(ifaces) == 0 && end == nil {
@@ -417,7 +423,8 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 			// endpoint: the host may always reach its workloads.
 			for _, w := range c.wildcards() {
 				end = append(end, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{},
-					Comment: []string{"Skip egress WHEP policy for traffic to local workload"}})
+					Comment: []string{"Skip egress WHEP policy for traffic to local workload"},
+					Origin:  c.orig.get(Origin{Kind: OriginHostToWorkload, Detail: w})})
 			}
 			end = append(end, Rule{Action: Goto{endpointChain(pfxToHost, allInterfaces)}})
 		} else {
@@ -427,7 +434,7 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 			profs[p] = true
 		}
 		tb.chains = append(tb.chains,
-			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), tiers: ep.egress,
+			c.endpointChain(endpointChainSpec{name: endpointChain(pfxToHost, ep.iface), ep: ep, host: true, tiers: ep.egress,
 				profiles: ep.profiles, inbound: false, failsafe: chainFailsafeOut, allow: Return{}}, tb))
 	}
 	tb.chains = append(tb.chains, c.manglePostroutingChain(), c.failsafeChain(chainFailsafeOut, false, false))
@@ -435,7 +442,7 @@ func (c *famCompiler) mangleEgress(m *model, tb *tableBuild, pr *parsedRules) bo
 		func(i string) string { return endpointChain(pfxToHost, i) }, end)...)
 	for p := range profs {
 		tb.chains = append(tb.chains,
-			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p))})
+			Chain{Name: profileChain(pfxProfileOut, p), Rules: c.renderRules(pr.profileOut[p], "Profile "+p+" egress", profileOwner(p), Origin{Profile: p})})
 	}
 	return true
 }

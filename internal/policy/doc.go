@@ -29,6 +29,12 @@
 //     writes it as a comment ("-m comment --comment "cali:<hash>"") before
 //     each rule, so a programmer can compare the kernel's rules with the
 //     desired ones by reading those comments back, without parsing rules.
+//   - Each Rule's Origin says what it enforces in the policy model (the
+//     start or end of a tier, the jump into a policy, rule 3 of a policy,
+//     a failsafe port...) and each endpoint chain's Endpoint whose policy
+//     it applies; neither is rendered. Package explain reads them to turn
+//     a packet's path through the rules back into tiers, policies and
+//     rules.
 //   - Render(table, chains, hooks...) is the iptables-restore --noflush
 //     payload that replaces exactly the given chains; RenderIPSets is the
 //     ipset restore payload that fills each set through a scratch set and
@@ -61,6 +67,10 @@
 //     only reached when no policy selects the endpoint in that direction or
 //     every tier passed; what no profile allows is dropped. Established and
 //     related traffic is accepted first; conntrack-invalid traffic dropped.
+//     As in felix, the mark a Pass sets is cleared at the start of each
+//     tier but not before the profiles: after a Pass in the last tier, a
+//     profile's first Pass rule returns whether or not it matches,
+//     skipping the rest of that profile.
 //   - Rule peers given by selectors are IP set matches: one set per
 //     distinct selector (holding the addresses of every matching workload
 //     and host endpoint and the nets of every matching network set, on any
@@ -138,9 +148,23 @@
 // the IP sets their rules use. Everything is
 // sorted so the same snapshot always gives byte-identical output.
 //
+// Compiler is the incremental form the agent uses: Compiler.Compile(s)
+// equals Compile(s) exactly (TestCompilerMatchesCompile checks it after
+// every step of long random change sequences), but it keeps endpoint
+// chains by a key of what they are built from (interface, kind,
+// direction, the tiers and policies selecting the endpoint, profiles) and
+// each policy selector's verdict per interned label set, so a change
+// re-renders only the endpoint chains it touches and re-evaluates only new
+// selectors and label sets. An unchanged endpoint chain comes back as the
+// very Rules slice of the previous result (Chain.Identity), which lets the
+// programmer skip re-hashing it. Workloads with equal labels share one
+// evaluation of the policies in either form.
+//
 // # Thread safety
 //
 // Compile and the rendering functions are pure: they only read their
 // arguments, so they may run concurrently. A Result is not modified after
-// Compile returns and may be shared read-only.
+// Compile returns and may be shared read-only; a Compiler's results share
+// Rules with earlier ones, so they must never be modified. A Compiler is
+// used by one goroutine.
 package policy

@@ -187,16 +187,10 @@ func (c *famCompiler) encapInputRules() []Rule {
 	local := MatchAddrType{Dir: Dst, Type: AddrTypeLocal}
 	if c.encap.ipip {
 		rules = append(rules,
-			Rule{
-				Match:   Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Src, Set: setName(c.version, setIDAllHosts)}, local},
-				Action:  Accept{},
-				Comment: []string{"Allow IPIP packets from Calico hosts"},
-			},
-			Rule{
-				Match:   Match{MatchProtocol{Num: protoIPIP}},
-				Action:  c.deny(),
-				Comment: []string{c.denyName() + " IPIP packets from non-Calico hosts"},
-			},
+			c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Src, Set: setName(c.version, setIDAllHosts)}, local}, Accept{},
+				"Allow IPIP packets from Calico hosts"),
+			c.overlayRule(Match{MatchProtocol{Num: protoIPIP}}, c.deny(),
+				c.denyName()+" IPIP packets from non-Calico hosts"),
 		)
 	}
 	if c.encap.vxlan {
@@ -207,16 +201,10 @@ func (c *famCompiler) encapInputRules() []Rule {
 			drop, dropName = c.deny(), c.denyName()
 		}
 		rules = append(rules,
-			Rule{
-				Match:   Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), MatchSet{Dir: Src, Set: setName(c.version, setIDAllVXLAN)}, local},
-				Action:  Accept{},
-				Comment: []string{"Allow " + ip + " VXLAN packets from allowed hosts"},
-			},
-			Rule{
-				Match:   Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local},
-				Action:  drop,
-				Comment: []string{dropName + " " + ip + " VXLAN packets from non-allowed hosts"},
-			},
+			c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), MatchSet{Dir: Src, Set: setName(c.version, setIDAllVXLAN)}, local}, Accept{},
+				"Allow "+ip+" VXLAN packets from allowed hosts"),
+			c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local}, drop,
+				dropName+" "+ip+" VXLAN packets from non-allowed hosts"),
 		)
 	}
 	return rules
@@ -230,20 +218,20 @@ func (c *famCompiler) encapOutputRules() []Rule {
 	var rules []Rule
 	local := MatchAddrType{Dir: Src, Type: AddrTypeLocal}
 	if c.encap.ipip {
-		rules = append(rules, Rule{
-			Match:   Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllHosts)}, local},
-			Action:  Accept{},
-			Comment: []string{"Allow IPIP packets to other Calico hosts"},
-		})
+		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllHosts)}, local}, Accept{},
+			"Allow IPIP packets to other Calico hosts"))
 	}
 	if c.encap.vxlan {
-		rules = append(rules, Rule{
-			Match:   Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllVXLAN)}},
-			Action:  Accept{},
-			Comment: []string{fmt.Sprintf("Allow IPv%d VXLAN packets to other allowed hosts", c.version)},
-		})
+		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllVXLAN)}}, Accept{},
+			fmt.Sprintf("Allow IPv%d VXLAN packets to other allowed hosts", c.version)))
 	}
 	return rules
+}
+
+// overlayRule is one of the overlay's host rules, its comment also the
+// origin's detail.
+func (c *famCompiler) overlayRule(m Match, a Action, comment string) Rule {
+	return Rule{Match: m, Action: a, Comment: []string{comment}, Origin: c.orig.get(Origin{Kind: OriginOverlay, Detail: comment})}
 }
 
 func (c *famCompiler) vxlanPort() MatchPorts {

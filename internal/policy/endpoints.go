@@ -36,6 +36,8 @@ const (
 type endpointChainSpec struct {
 	name      string
 	kind      chainKind
+	ep        *localEndpoint // whose chain it is
+	host      bool           // ep is a host endpoint
 	tiers     []epTier
 	profiles  []string
 	inbound   bool   // policy direction: ingress (cali-pi-) or egress (cali-po-)
@@ -65,25 +67,81 @@ func newTableBuild() *tableBuild {
 // tier's default action otherwise, then the profiles, then drop; with the
 // differences of each kind (see chainKind).
 func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chain {
+	c.usePolicies(&spec, tb)
+	ch := Chain{Name: spec.name}
+	if spec.ep != nil {
+		ch.Endpoint = &ChainEndpoint{Name: spec.ep.name, Host: spec.host, Iface: spec.ep.iface, Ingress: spec.inbound, Kind: spec.kind.String()}
+	}
+	if c.cache == nil {
+		ch.Rules = c.endpointRules(&spec)
+		return ch
+	}
+	key := c.cache.endpointKey(c, &spec)
+	rules, ok := c.cache.get(key)
+	if !ok {
+		rules = c.endpointRules(&spec)
+		c.cache.put(key, rules)
+	}
+	ch.Rules = rules
+	return ch
+}
+
+// usePolicies records in tb the policies and policy groups the endpoint
+// chain jumps to, whose chains the table then renders.
+func (c *famCompiler) usePolicies(spec *endpointChainSpec, tb *tableBuild) {
+	polPrefix := pfxPolicyOut
+	if spec.inbound {
+		polPrefix = pfxPolicyIn
+	}
+	for _, t := range spec.tiers {
+		for _, g := range groupPolicies(t.policies) {
+			for _, p := range g {
+				tb.used[policyRef{p, spec.inbound}] = true
+			}
+			if len(g) == 1 {
+				continue
+			}
+			keys := make([]string, len(g))
+			for i, p := range g {
+				keys[i] = p.key
+			}
+			target := c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
+			if _, ok := tb.groups[target]; !ok {
+				tb.groups[target] = c.groupChain(target, polPrefix, t.name, spec.inbound, g)
+			}
+		}
+	}
+}
+
+// endpointRules renders the rules of an endpoint chain: a function of
+// spec (see chainCache.endpointKey) and c's configuration alone.
+func (c *famCompiler) endpointRules(spec *endpointChainSpec) []Rule {
 	m := c.marks
-	var rules []Rule
+	o := c.orig.get
+	// Every endpoint gets one: sized up front rather than grown.
+	size := 8 + 2*len(spec.profiles)
+	for _, t := range spec.tiers {
+		size += 2 + 3*len(t.policies)
+	}
+	rules := make([]Rule, 0, size)
 	if spec.kind != kindUntracked {
 		allow := spec.allow
 		if allow == nil {
 			allow = Accept{}
 		}
 		established := Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}
+		est := o(Origin{Kind: OriginEstablished})
 		if _, ok := allow.(Accept); !ok {
 			// The caller learns of the verdict from the mark.
-			rules = append(rules, Rule{Match: established, Action: SetMark{Mark: m.accept, Mask: m.accept}})
+			rules = append(rules, Rule{Match: established, Action: SetMark{Mark: m.accept, Mask: m.accept}, Origin: est})
 		}
-		rules = append(rules, Rule{Match: established, Action: allow})
+		rules = append(rules, Rule{Match: established, Action: allow, Origin: est})
 		if !c.cfg.DisableConntrackInvalid {
-			rules = append(rules, Rule{Match: Match{MatchConntrack{States: "INVALID"}}, Action: c.deny()})
+			rules = append(rules, Rule{Match: Match{MatchConntrack{States: "INVALID"}}, Action: c.deny(), Origin: o(Origin{Kind: OriginInvalid})})
 		}
 	}
 	if spec.failsafe != "" {
-		rules = append(rules, Rule{Action: Jump{spec.failsafe}})
+		rules = append(rules, Rule{Action: Jump{spec.failsafe}, Origin: o(Origin{Kind: OriginFailsafe})})
 	}
 	rules = append(rules, Rule{Action: SetMark{Mark: 0, Mask: m.accept | m.pass}})
 	if spec.dropEncap {
@@ -92,6 +150,7 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 				Match:   Match{MatchProtocol{Num: 17}, MatchPorts{Dir: Dst, Ports: []PortRange{{uint16(c.cfg.VXLANPort), uint16(c.cfg.VXLANPort)}}}},
 				Action:  c.deny(),
 				Comment: []string{c.denyName() + " VXLAN encapped packets originating in workloads"},
+				Origin:  o(Origin{Kind: OriginWorkloadEncap, Detail: "VXLAN"}),
 			})
 		}
 		if !c.cfg.AllowIPIPFromWorkloads {
@@ -99,6 +158,7 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 				Match:   Match{MatchProtocol{Num: 4}},
 				Action:  c.deny(),
 				Comment: []string{c.denyName() + " IPinIP encapped packets originating in workloads"},
+				Origin:  o(Origin{Kind: OriginWorkloadEncap, Detail: "IP-in-IP"}),
 			})
 		}
 	}
@@ -108,34 +168,32 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 		polPrefix, profPrefix = pfxPolicyIn, pfxProfileIn
 	}
 	for _, t := range spec.tiers {
-		rules = append(rules, Rule{Action: SetMark{Mark: 0, Mask: m.pass}, Comment: []string{"Start of tier " + t.name}})
+		rules = append(rules, Rule{Action: SetMark{Mark: 0, Mask: m.pass}, Comment: []string{"Start of tier " + t.name},
+			Origin: o(Origin{Kind: OriginTierStart, Tier: t.name, Ingress: spec.inbound})})
 		for _, g := range groupPolicies(t.policies) {
-			var targets []string
+			var target string
+			var jump *Origin
 			if len(g) == 1 {
 				// A group of one is not worth its own chain.
-				targets = []string{policyChain(polPrefix, t.name, g[0].key)}
-				tb.used[policyRef{g[0], spec.inbound}] = true
+				target = policyChain(polPrefix, t.name, g[0].key)
+				jump = o(Origin{Kind: OriginPolicy, Tier: t.name, Policy: g[0].key, Ingress: spec.inbound})
 			} else {
 				keys := make([]string, len(g))
 				for i, p := range g {
 					keys[i] = p.key
-					tb.used[policyRef{p, spec.inbound}] = true
 				}
-				name := groupChain(spec.inbound, t.name, g[0].selectorText, keys)
-				if _, ok := tb.groups[name]; !ok {
-					tb.groups[name] = c.groupChain(name, polPrefix, t.name, g)
-				}
-				targets = []string{name}
+				target = c.groupName(spec.inbound, t.name, g[0].selectorText, keys)
+				jump = o(Origin{Kind: OriginPolicyGroup, Tier: t.name, Ingress: spec.inbound})
 			}
-			for _, target := range targets {
-				rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}})
-				if spec.kind == kindUntracked {
-					// Allow means "allow, untracked": the reply will not
-					// match a conntrack entry, so it needs its own allow.
-					rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: NoTrack{}})
-				}
-				rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if policy accepted"}})
+			rules = append(rules, Rule{Match: Match{MatchMark{Mark: 0, Mask: m.pass}}, Action: Jump{target}, Origin: jump})
+			if spec.kind == kindUntracked {
+				// Allow means "allow, untracked": the reply will not
+				// match a conntrack entry, so it needs its own allow.
+				rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: NoTrack{},
+					Origin: o(Origin{Kind: OriginNoTrack, Tier: t.name, Ingress: spec.inbound})})
 			}
+			rules = append(rules, Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if policy accepted"},
+				Origin: o(Origin{Kind: OriginPolicyAccepted, Tier: t.name, Ingress: spec.inbound})})
 		}
 		if (spec.kind == kindNormal || spec.kind == kindForward) && t.defaultAction != api.Pass {
 			// Untracked and preDNAT policy leaves what it did not decide
@@ -144,6 +202,7 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 				Match:   Match{MatchMark{Mark: 0, Mask: m.pass}},
 				Action:  c.deny(),
 				Comment: []string{"End of tier " + t.name + ". " + c.denyName() + " if no policies passed packet"},
+				Origin:  o(Origin{Kind: OriginTierEnd, Tier: t.name, Ingress: spec.inbound, Action: t.defaultAction}),
 			})
 		}
 	}
@@ -152,21 +211,24 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 		if len(spec.tiers) == 0 {
 			// No applyOnForward policy governs this endpoint in this
 			// direction: routed traffic is not its business.
+			fwd := o(Origin{Kind: OriginForwardDefault, Ingress: spec.inbound})
 			rules = append(rules,
-				Rule{Action: SetMark{Mark: m.accept, Mask: m.accept}, Comment: []string{"Allow forwarded traffic by default"}},
-				Rule{Action: Return{}, Comment: []string{"Return for accepted forward traffic"}},
+				Rule{Action: SetMark{Mark: m.accept, Mask: m.accept}, Comment: []string{"Allow forwarded traffic by default"}, Origin: fwd},
+				Rule{Action: Return{}, Comment: []string{"Return for accepted forward traffic"}, Origin: fwd},
 			)
 		}
 	case kindNormal:
 		for _, p := range spec.profiles {
 			rules = append(rules,
-				Rule{Action: Jump{profileChain(profPrefix, p)}},
-				Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if profile accepted"}},
+				Rule{Action: Jump{profileChain(profPrefix, p)}, Origin: o(Origin{Kind: OriginProfile, Profile: p, Ingress: spec.inbound})},
+				Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Return if profile accepted"},
+					Origin: o(Origin{Kind: OriginProfileAccepted, Profile: p, Ingress: spec.inbound})},
 			)
 		}
-		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"}})
+		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"},
+			Origin: o(Origin{Kind: OriginNoProfile, Ingress: spec.inbound})})
 	}
-	return Chain{Name: spec.name, Rules: rules}
+	return rules
 }
 
 // policyChains renders the chains of the policies the table's endpoint
@@ -178,12 +240,13 @@ func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
 	}
 	for r := range tb.used {
 		p := r.pol
+		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: r.inbound}
 		if r.inbound {
 			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p))})
+				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)})
 		} else {
 			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p))})
+				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)})
 		}
 	}
 	return out
@@ -207,7 +270,7 @@ func groupPolicies(pols []*policyInfo) [][]*policyInfo {
 // groupChain renders a policy group chain (felix's PolicyGroupToIptablesChains):
 // jump to each policy unless an earlier one already decided, returning
 // early every five policies to keep the common case short.
-func (c *famCompiler) groupChain(name, polPrefix, tier string, pols []*policyInfo) Chain {
+func (c *famCompiler) groupChain(name, polPrefix, tier string, inbound bool, pols []*policyInfo) Chain {
 	m := c.marks
 	const stride = 5
 	var rules []Rule
@@ -223,7 +286,8 @@ func (c *famCompiler) groupChain(name, polPrefix, tier string, pols []*policyInf
 		if i%stride != 0 {
 			match = Match{MatchMark{Mark: 0, Mask: m.pass | m.accept}}
 		}
-		rules = append(rules, Rule{Match: match, Action: Jump{policyChain(polPrefix, tier, p.key)}})
+		rules = append(rules, Rule{Match: match, Action: Jump{policyChain(polPrefix, tier, p.key)},
+			Origin: c.orig.get(Origin{Kind: OriginPolicy, Tier: tier, Policy: p.key, Ingress: inbound})})
 	}
 	return Chain{Name: name, Rules: rules}
 }

@@ -66,6 +66,8 @@ func runWalks(t *testing.T, s *policy.Snapshot, walks []walk) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkExplainHop(t, s, res, h, sim.Packet{Src: src, Dst: netip.MustParseAddr(w.dst), Proto: w.proto,
+				SrcPort: sport, DstPort: w.dport, ICMPType: w.icmpType, State: w.state})
 			trace := strings.Join(got.Trace(), " ")
 			if got.Verdict != w.want {
 				t.Fatalf("verdict %v (in %s), want %v; trace %s", got.Verdict, got.DecidedIn(), w.want, trace)
@@ -400,11 +402,13 @@ func TestUnsupportedMatchesFailClosed(t *testing.T) {
 				port  uint16
 				want  sim.Verdict
 			}{{17, 53, tc.dns}, {6, 443, tc.https}} {
-				got, err := sim.Walk(res.V4, sets, sim.Hop{Path: sim.Forward, In: ifDB, Out: "eth0"}, sim.Packet{
-					Src: netip.MustParseAddr("10.65.0.2"), Dst: netip.MustParseAddr("8.8.8.8"), Proto: p.proto, SrcPort: 40000, DstPort: p.port})
+				hop := sim.Hop{Path: sim.Forward, In: ifDB, Out: "eth0"}
+				pkt := sim.Packet{Src: netip.MustParseAddr("10.65.0.2"), Dst: netip.MustParseAddr("8.8.8.8"), Proto: p.proto, SrcPort: 40000, DstPort: p.port}
+				got, err := sim.Walk(res.V4, sets, hop, pkt)
 				if err != nil {
 					t.Fatal(err)
 				}
+				checkExplainHop(t, s, res, hop, pkt)
 				if got.Verdict != p.want {
 					t.Errorf("proto %d port %d: %v, want %v; trace %v", p.proto, p.port, got.Verdict, p.want, got.Trace())
 				}

@@ -353,12 +353,17 @@ type Rule struct {
 	Match   Match
 	Action  Action
 	Comment []string
+	// Origin says what the rule enforces in the policy model; nil for
+	// a rule with no place of its own (see Origin). It is not rendered.
+	Origin *Origin
 }
 
 // Chain is one of our (cali-*) chains with its complete contents.
 type Chain struct {
 	Name  string
 	Rules []Rule
+	// Endpoint is set on the chains that apply an endpoint's policy.
+	Endpoint *ChainEndpoint
 }
 
 // Hook is the one rule that sends packets from a built-in chain

@@ -258,6 +258,9 @@ type model struct {
 	// addresses are the overlay's peers.
 	node  string
 	nodes []api.Node
+	// match, if set, keeps selector matches across compilations
+	// (Compiler).
+	match *matchCache
 }
 
 // localEndpoint is an endpoint of this node that gets its own chains.
@@ -300,10 +303,11 @@ func (m *model) problem(format string, args ...any) {
 	m.problems = append(m.problems, fmt.Sprintf(format, args...))
 }
 
-func buildModel(s *Snapshot) *model {
+func buildModel(s *Snapshot, mc *matchCache) *model {
 	m := &model{
 		sels:     &selectors{cache: map[string]selectorResult{}},
 		profiles: map[string]*api.Profile{},
+		match:    mc,
 	}
 	plabels := profileLabels{}
 	for i := range s.Profiles {
@@ -540,10 +544,29 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 	}
 	slices.SortFunc(m.workloads, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
 	m.placeHosts(s, plabels)
+	// felix gives workloads only the normal policies: the others are
+	// host endpoint policy. Workloads of one Deployment share their
+	// labels, and so their tiers: each distinct label set is matched
+	// against the policies once (with a matchCache, once per selector
+	// across compilations).
+	type tiers struct{ in, out []epTier }
+	byLabels := map[string]tiers{}
+	var resolved []*selMatches
+	if m.match != nil {
+		resolved = m.match.resolve(m.tiers)
+	}
 	for _, ep := range m.workloads {
-		// felix gives workloads only the normal policies: the others are
-		// host endpoint policy.
-		ep.ingress, ep.egress = m.tiersFor(ep.labels, (*policyInfo).normal)
+		key := labelsKey(ep.labels)
+		t, ok := byLabels[key]
+		if !ok {
+			if m.match != nil {
+				t.in, t.out = m.tiersForCached(resolved, m.match.labelsID(key), ep.labels)
+			} else {
+				t.in, t.out = m.tiersFor(ep.labels, (*policyInfo).normal)
+			}
+			byLabels[key] = t
+		}
+		ep.ingress, ep.egress = t.in, t.out
 	}
 	for _, ep := range m.hostEndpoints() {
 		ep.ingress, ep.egress = m.tiersFor(ep.labels, (*policyInfo).normal)

@@ -42,7 +42,7 @@ func (c *famCompiler) rawPreroutingChain(untracked, skip bool) Chain {
 			if skip {
 				rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Jump{chainRPFSkip}})
 			}
-			rules = append(rules, Rule{Match: Match{MatchIface{Name: w}, rpf}, Action: Drop{}})
+			rules = append(rules, Rule{Match: Match{MatchIface{Name: w}, rpf}, Action: Drop{}, Origin: c.orig.get(Origin{Kind: OriginSpoofed})})
 		}
 		return Chain{Name: chainPrerouting, Rules: rules}
 	}
@@ -57,9 +57,9 @@ func (c *famCompiler) rawPreroutingChain(untracked, skip bool) Chain {
 		rules = append(rules, Rule{Match: Match{fromWL}, Action: Jump{chainRPFSkip}})
 	}
 	rules = append(rules,
-		Rule{Match: Match{fromWL, rpf}, Action: Drop{}},
+		Rule{Match: Match{fromWL, rpf}, Action: Drop{}, Origin: c.orig.get(Origin{Kind: OriginSpoofed})},
 		Rule{Match: Match{MatchMark{Mark: 0, Mask: m.scratch0}}, Action: Jump{chainFromHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: c.orig.get(Origin{Kind: OriginAccepted})},
 	)
 	return Chain{Name: chainPrerouting, Rules: rules}
 }
@@ -75,7 +75,8 @@ func (c *famCompiler) rpfSkipChain(m *model) Chain {
 			if p.Addr().Is6() != (c.version == 6) {
 				continue
 			}
-			rules = append(rules, Rule{Match: Match{MatchIface{Name: ep.iface}, MatchNet{Dir: Src, Net: p}}, Action: Accept{}})
+			rules = append(rules, Rule{Match: Match{MatchIface{Name: ep.iface}, MatchNet{Dir: Src, Net: p}}, Action: Accept{},
+				Origin: c.orig.get(Origin{Kind: OriginSpoofAllowed, Detail: ep.name})})
 		}
 	}
 	return Chain{Name: chainRPFSkip, Rules: rules}
@@ -91,7 +92,7 @@ func (c *famCompiler) rawOutputChain(untracked bool) Chain {
 	return Chain{Name: chainOutput, Rules: []Rule{
 		{Action: SetMark{Mark: 0, Mask: m.all()}},
 		{Action: Jump{chainToHEPDispatch}},
-		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: c.orig.get(Origin{Kind: OriginAccepted})},
 	}}
 }
 
@@ -102,11 +103,12 @@ func (c *famCompiler) rawOutputChain(untracked bool) Chain {
 func (c *famCompiler) manglePreroutingChain() Chain {
 	m := c.marks
 	allow := c.mangleAllow()
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
 	return Chain{Name: chainPrerouting, Rules: []Rule{
-		{Match: Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}, Action: allow},
-		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow},
+		{Match: Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}, Action: allow, Origin: c.orig.get(Origin{Kind: OriginEstablished})},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow, Origin: accepted},
 		{Action: Jump{chainFromHEPDispatch}},
-		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow, Comment: []string{"Host endpoint policy accepted packet."}},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	}}
 }
 
@@ -122,11 +124,12 @@ func (c *famCompiler) manglePreroutingChain() Chain {
 // Traffic to local workloads returns undecided from the dispatch chain.
 func (c *famCompiler) manglePostroutingChain() Chain {
 	m := c.marks
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
 	return Chain{Name: chainManglePostrouting, Rules: []Rule{
-		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Origin: accepted},
 		{Action: SetMark{Mark: 0, Mask: m.all()}},
 		{Match: Match{MatchConntrack{States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
-		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Host endpoint policy accepted packet."}},
+		{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Return{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	}}
 }
 

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -19,7 +20,11 @@ import (
 // through the simulator must agree with it on every packet.
 type ref struct {
 	// logs counts the Log rules that matched during the last decide.
-	logs     int
+	logs int
+	// trail lists, for the last decide, each policy or profile rule that
+	// matched ("key#index Action"), and each tier whose default action
+	// applied ("end of tier NAME"), in order.
+	trail    []string
 	snap     *policy.Snapshot
 	profiles map[string]*api.Profile
 	ents     []*refEnt
@@ -500,6 +505,9 @@ func (r *ref) verdict(e *refEnt, ingress bool, p refPacket) bool {
 		}
 		return pol.out
 	}
+	// passBit is the pass mark as the profiles see it: felix clears it at
+	// the start of each tier, not before the profiles.
+	passBit := false
 	for _, t := range r.tiers {
 		var pols []*refPol
 		for i := range t.pols {
@@ -512,6 +520,7 @@ func (r *ref) verdict(e *refEnt, ingress bool, p refPacket) bool {
 			continue
 		}
 		passed := false
+		passBit = false
 	tier:
 		for _, pol := range pols {
 			rules := rulesOf(pol)
@@ -519,13 +528,14 @@ func (r *ref) verdict(e *refEnt, ingress bool, p refPacket) bool {
 				if !r.ruleMatches(&rules[i], pol.ns, p) {
 					continue
 				}
+				r.trail = append(r.trail, fmt.Sprintf("%s#%d %s", pol.key, i, rules[i].Action))
 				switch rules[i].Action {
 				case api.Allow:
 					return true
 				case api.Deny:
 					return false
 				case api.Pass:
-					passed = true
+					passed, passBit = true, true
 					break tier
 				case api.Log:
 					r.logs++
@@ -533,6 +543,7 @@ func (r *ref) verdict(e *refEnt, ingress bool, p refPacket) bool {
 			}
 		}
 		if !passed && t.action != api.Pass {
+			r.trail = append(r.trail, "end of tier "+t.name)
 			return false
 		}
 	}
@@ -548,8 +559,15 @@ func (r *ref) verdict(e *refEnt, ingress bool, p refPacket) bool {
 	profile:
 		for i := range rules {
 			if !r.ruleMatches(&rules[i], "", p) {
+				if rules[i].Action == api.Pass && passBit {
+					// A Pass rule returns when it sees the pass mark, and a
+					// tier's Pass left it set: the profile's rules from here
+					// on are skipped (felix's quirk, kept by the compiler).
+					break profile
+				}
 				continue
 			}
+			r.trail = append(r.trail, fmt.Sprintf("profile %s#%d %s", name, i, rules[i].Action))
 			switch rules[i].Action {
 			case api.Allow:
 				return true
@@ -636,7 +654,7 @@ func (r *ref) route(p refPacket) (path, bool) {
 // decide is the reference verdict for a new connection's first packet;
 // r.logs says how many Log rules it passed on the way.
 func (r *ref) decide(p refPacket) bool {
-	r.logs = 0
+	r.logs, r.trail = 0, nil
 	src, dst := r.localWEP(p.src), r.localWEP(p.dst)
 	switch {
 	case src != nil && dst != nil:

@@ -82,11 +82,13 @@ func TestSpoofedSourcesAreDropped(t *testing.T) {
 			t.Fatalf("problems %q, want the refused prefixes reported", res.Problems)
 		}
 		sets := mustSets(t, res.V4)
-		got, err := sim.Walk(res.V4, sets.WithRoutes(sim.RoutesFor(s, "eth0")), sim.Hop{Path: sim.Forward, In: ifClient, Out: ifDB},
-			sim.Packet{Src: netip.MustParseAddr(webIP), Dst: netip.MustParseAddr(dbIP), Proto: 6, SrcPort: 40000, DstPort: 5432})
+		hop := sim.Hop{Path: sim.Forward, In: ifClient, Out: ifDB}
+		pkt := sim.Packet{Src: netip.MustParseAddr(webIP), Dst: netip.MustParseAddr(dbIP), Proto: 6, SrcPort: 40000, DstPort: 5432}
+		got, err := sim.Walk(res.V4, sets.WithRoutes(sim.RoutesFor(s, "eth0")), hop, pkt)
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkExplainHop(t, s, res, hop, pkt)
 		if got.Verdict != sim.Drop || got.DecidedIn() != "raw PREROUTING" {
 			t.Errorf("%v in %s, want DROP in raw PREROUTING; trace %v", got.Verdict, got.DecidedIn(), got.Trace())
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -55,6 +56,9 @@ type parsedRule struct {
 	notICMP     *api.ICMPFields
 	src, dst    side
 	comments    []string
+	// index is the rule's position in its policy's or profile's ingress
+	// or egress list.
+	index int
 	// note explains how a rule with an unsupported match was changed; it
 	// is reported as a problem.
 	note string
@@ -328,6 +332,27 @@ type famCompiler struct {
 	marks   marks
 	// encap says which of the overlay's host rules the family has.
 	encap encap
+	// orig interns the rules' origins.
+	orig origins
+	// cache, if set, keeps endpoint chains across compilations (Compiler).
+	cache *chainCache
+	// groupNames memoises groupChain: every endpoint a group selects
+	// names it, and the name is a SHA3 hash.
+	groupNames map[string]string
+}
+
+// groupName is groupChain(inbound, tier, sel, keys), memoised.
+func (c *famCompiler) groupName(inbound bool, tier, sel string, keys []string) string {
+	if c.groupNames == nil {
+		return groupChain(inbound, tier, sel, keys)
+	}
+	k := strconv.FormatBool(inbound) + "\x00" + tier + "\x00" + sel + "\x00" + strings.Join(keys, "\x00")
+	if n, ok := c.groupNames[k]; ok {
+		return n
+	}
+	n := groupChain(inbound, tier, sel, keys)
+	c.groupNames[k] = n
+	return n
 }
 
 func (c *famCompiler) deny() Action {
@@ -358,11 +383,13 @@ func protocolMatch(p api.Protocol, negate bool) MatchProtocol {
 // renderRules renders a policy's or profile's rules into one chain's
 // worth of iptables rules, as felix's ProtoRulesToIptablesRules does:
 // trailing RETURNs are dropped (falling off the end returns anyway) and
-// the first rule carries the chain's comment.
-func (c *famCompiler) renderRules(rules []*parsedRule, comment string, owner logOwner) []Rule {
+// the first rule carries the chain's comment. owner is the policy or
+// profile, for logPrefix's %-specifiers; origin names it (and the
+// direction) in the rules' origins.
+func (c *famCompiler) renderRules(rules []*parsedRule, comment string, owner logOwner, origin Origin) []Rule {
 	var out []Rule
 	for _, r := range rules {
-		out = append(out, c.renderRule(r)...)
+		out = append(out, c.renderRule(r, origin)...)
 	}
 	if strings.Contains(c.cfg.LogPrefix, "%") {
 		for i := range out {
@@ -520,8 +547,9 @@ func (b *blockBuilder) notNets(nets []netip.Prefix, dir Dir) {
 }
 
 // renderRule renders one rule for this family (nothing if the rule does
-// not apply to it), following felix's ProtoRuleToIptablesRules.
-func (c *famCompiler) renderRule(r *parsedRule) []Rule {
+// not apply to it), following felix's ProtoRuleToIptablesRules. owner is
+// the origin of the policy or profile the rule belongs to.
+func (c *famCompiler) renderRule(r *parsedRule, owner Origin) []Rule {
 	v6 := c.version == 6
 	if r.ipVersion != 0 && r.ipVersion != c.version {
 		return nil
@@ -600,7 +628,22 @@ func (c *famCompiler) renderRule(r *parsedRule) []Rule {
 	}
 
 	out := b.rules
-	out = append(out, c.actionRules(r.action, m)...)
+	act := c.actionRules(r.action, m)
+	owner.Rule, owner.Action = r.index, r.action
+	for i := range out {
+		owner.Kind = OriginRulePart
+		out[i].Origin = c.orig.get(owner)
+	}
+	for i := range act {
+		// The first rule carries the match, the second (if any) acts on
+		// the verdict mark it set.
+		owner.Kind = OriginRule
+		if i > 0 {
+			owner.Kind = OriginRuleVerdict
+		}
+		act[i].Origin = c.orig.get(owner)
+	}
+	out = append(out, act...)
 	for i := range out {
 		out[i].Comment = append(out[i].Comment, r.comments...)
 	}

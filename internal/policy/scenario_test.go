@@ -7,6 +7,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/policy/explain"
 	"github.com/projectcalico/calico-node/internal/policy/sim"
 )
 
@@ -52,6 +53,13 @@ func runProbes(t *testing.T, s *policy.Snapshot, probes []probe) {
 			}
 			if got.Verdict != p.want || got.Logged != p.wantLogged {
 				t.Errorf("verdict %v with %d logged, want %v with %d (trace %v)", got.Verdict, got.Logged, p.want, p.wantLogged, got.Trace)
+			}
+			// explain, over every table on the way, tells the user the
+			// same and cites the rules that did it.
+			path := map[string]sim.Path{"FORWARD": sim.Forward, "INPUT": sim.Input, "OUTPUT": sim.Output}[p.chain]
+			ex := checkExplainHop(t, s, res, sim.Hop{Path: path, In: p.in, Out: p.out}, pkt)
+			if (ex.Verdict == explain.Allow) != (p.want == sim.Accept) {
+				t.Errorf("explain says %s, want %v", ex.Verdict, p.want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -31,11 +32,12 @@ func (c *famCompiler) inputChain() Chain {
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Name: w}}, Action: Goto{chainWorkloadToHost}})
 	}
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
 	rules = append(rules,
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted},
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Action: Jump{chainFromHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainInput, Rules: rules}
 }
@@ -61,7 +63,8 @@ func (c *famCompiler) workloadToHostChain() Chain {
 	default:
 		final = Drop{}
 	}
-	rules = append(rules, Rule{Action: final, Comment: []string{"Configured DefaultEndpointToHostAction"}})
+	rules = append(rules, Rule{Action: final, Comment: []string{"Configured DefaultEndpointToHostAction"},
+		Origin: c.orig.get(Origin{Kind: OriginEndpointToHost, Detail: c.cfg.EndpointToHostAction})})
 	return Chain{Name: chainWorkloadToHost, Rules: rules}
 }
 
@@ -71,15 +74,17 @@ func (c *famCompiler) workloadToHostChain() Chain {
 // subject to host endpoint egress policy unless it was DNAT-ed.
 func (c *famCompiler) outputChain() Chain {
 	m := c.marks
-	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}}}
+	accepted := c.orig.get(Origin{Kind: OriginAccepted})
+	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted}}
 	for _, w := range c.wildcards() {
-		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{}})
+		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{},
+			Origin: c.orig.get(Origin{Kind: OriginHostToWorkload, Detail: w})})
 	}
 	rules = append(rules, c.encapOutputRules()...)
 	rules = append(rules,
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Match: Match{MatchConntrack{Not: true, States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainOutput, Rules: rules}
 }
@@ -112,6 +117,7 @@ func (c *famCompiler) forwardChain() Chain {
 			rules = append(rules, Rule{
 				Match:  Match{MatchIface{Out: out, Name: w}, MatchConntrack{States: "RELATED,ESTABLISHED"}},
 				Action: Accept{},
+				Origin: c.orig.get(Origin{Kind: OriginEstablished}),
 			})
 		}
 	}
@@ -127,7 +133,8 @@ func (c *famCompiler) forwardChain() Chain {
 	}
 	rules = append(rules,
 		Rule{Action: Jump{chainToHEPForward}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."}},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."},
+			Origin: c.orig.get(Origin{Kind: OriginAccepted})},
 	)
 	return Chain{Name: chainForward, Rules: rules}
 }
@@ -172,7 +179,11 @@ func (c *famCompiler) failsafeRules(ports []api.ProtoPort, portDir Dir, inbound 
 			}
 			m = append(m, MatchNet{Dir: dir, Net: n})
 		}
-		rules = append(rules, Rule{Match: m, Action: Accept{}})
+		detail := proto + ":" + strconv.Itoa(int(pp.Port))
+		if pp.Net != "" {
+			detail += " " + pp.Net
+		}
+		rules = append(rules, Rule{Match: m, Action: Accept{}, Origin: c.orig.get(Origin{Kind: OriginFailsafePort, Detail: detail})})
 	}
 	return rules
 }
@@ -202,7 +213,7 @@ func (c *famCompiler) natChains(active bool) []Chain {
 			if c.cfg.NATOutgoingInterface != "" {
 				m = append(m, MatchIface{Out: true, Name: c.cfg.NATOutgoingInterface})
 			}
-			return Rule{Match: m, Action: a}
+			return Rule{Match: m, Action: a, Origin: c.orig.get(Origin{Kind: OriginNATOutgoing})}
 		}
 		if pr := c.cfg.NATPortRange; pr.Last > 0 {
 			ports := fmt.Sprintf("%d-%d", pr.First, pr.Last)

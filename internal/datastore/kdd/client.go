@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -99,6 +100,7 @@ type statusError struct {
 	Message string
 	Method  string
 	Path    string
+	Server  string // the API server's base URL
 }
 
 func (e *statusError) Error() string {
@@ -106,12 +108,27 @@ func (e *statusError) Error() string {
 	if msg == "" {
 		msg = http.StatusText(e.Code)
 	}
+	if e.Is(datastore.ErrUnavailable) {
+		// Said as the unreachable server is: an operator reading a CNI
+		// error or a log line learns which server is in trouble.
+		return fmt.Sprintf("kubernetes API server %s unavailable: %s %s: %s (%d %s)", e.Server, e.Method, e.Path, msg, e.Code, e.Reason)
+	}
 	return fmt.Sprintf("kubernetes API %s %s: %s (%d %s)", e.Method, e.Path, msg, e.Code, e.Reason)
 }
 
 // Is maps API errors to the datastore's sentinels.
 func (e *statusError) Is(target error) bool {
 	switch target {
+	case datastore.ErrUnavailable:
+		// Throttled, or an API server that cannot reach its etcd or is
+		// still starting: the request had no effect and may succeed
+		// later.
+		switch e.Code {
+		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+			http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
 	case datastore.ErrNotFound:
 		return e.Code == http.StatusNotFound
 	case datastore.ErrAlreadyExists:
@@ -120,6 +137,32 @@ func (e *statusError) Is(target error) bool {
 		return e.Code == http.StatusConflict && e.Reason != "AlreadyExists"
 	}
 	return false
+}
+
+// unreachableError is a request that got no HTTP answer: connection
+// refused, reset, a TLS failure, no answer in time. It names the API
+// server, so that whoever reads it (an operator, a CNI error) knows what
+// was down.
+type unreachableError struct {
+	base string
+	err  error
+}
+
+func (e *unreachableError) Error() string {
+	return "kubernetes API server " + e.base + " unreachable: " + e.err.Error()
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+func (e *unreachableError) Is(target error) bool { return target == datastore.ErrUnavailable }
+
+// transportError wraps what http.Client.Do returned; the caller's own
+// cancellation stays what it is.
+func (c *client) transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("kubernetes API server %s: %w", c.base, err)
+	}
+	return &unreachableError{base: c.base, err: err}
 }
 
 // gone reports a watch or list from a resourceVersion the server no
@@ -199,7 +242,7 @@ func (c *client) doOnce(ctx context.Context, method, path string, query url.Valu
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("kubernetes API at %s: %w", c.base, err)
+		return 0, c.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
@@ -211,10 +254,10 @@ func (c *client) doOnce(ctx context.Context, method, path string, query url.Valu
 		if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && n >= 0 && n < 1 {
 			wait = 100 * time.Millisecond
 		}
-		return wait, statusOf(method, path, resp.StatusCode, data)
+		return wait, c.statusOf(method, path, resp.StatusCode, data)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return 0, statusOf(method, path, resp.StatusCode, data)
+		return 0, c.statusOf(method, path, resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -224,8 +267,8 @@ func (c *client) doOnce(ctx context.Context, method, path string, query url.Valu
 	return 0, nil
 }
 
-func statusOf(method, path string, code int, body []byte) error {
-	se := &statusError{Code: code, Method: method, Path: path}
+func (c *client) statusOf(method, path string, code int, body []byte) error {
+	se := &statusError{Code: code, Method: method, Path: path, Server: c.base}
 	var st apiStatus
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
 		se.Reason, se.Message = st.Reason, st.Message
@@ -243,8 +286,10 @@ type watchEvent struct {
 
 // watch opens a watch on path from resourceVersion rv and calls fn for
 // each event until the stream ends, ctx is done, or fn returns an error.
-// A Status event with code 410 comes back as a gone error.
-func (c *client) watch(ctx context.Context, path, rv string, fn func(watchEvent) error) error {
+// opened, when not nil, is called once the server has accepted the watch,
+// before the first event. A Status event with code 410 comes back as a
+// gone error.
+func (c *client) watch(ctx context.Context, path, rv string, opened func(), fn func(watchEvent) error) error {
 	q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}}
 	if rv != "" {
 		q.Set("resourceVersion", rv)
@@ -259,18 +304,26 @@ func (c *client) watch(ctx context.Context, path, rv string, fn func(watchEvent)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.watchHTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("kubernetes API at %s: %w", c.base, err)
+		return c.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return statusOf("WATCH", path, resp.StatusCode, data)
+		return c.statusOf("WATCH", path, resp.StatusCode, data)
+	}
+	if opened != nil {
+		opened()
 	}
 	dec := json.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10))
 	for {
 		var ev watchEvent
 		if err := dec.Decode(&ev); err != nil {
-			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			// A server going away (GOAWAY: shutting down, or shedding
+			// connections) ends the stream as cleanly as EOF: the caller
+			// resumes, and learns from that whether the server is still
+			// there.
+			var goAway http2.GoAwayError
+			if errors.Is(err, io.EOF) || errors.As(err, &goAway) || ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("kubernetes API WATCH %s: %w", path, err)
@@ -278,7 +331,7 @@ func (c *client) watch(ctx context.Context, path, rv string, fn func(watchEvent)
 		if ev.Type == "ERROR" {
 			var st apiStatus
 			_ = json.Unmarshal(ev.Object, &st)
-			return &statusError{Code: st.Code, Reason: st.Reason, Message: st.Message, Method: "WATCH", Path: path}
+			return &statusError{Code: st.Code, Reason: st.Reason, Message: st.Message, Method: "WATCH", Path: path, Server: c.base}
 		}
 		if err := fn(ev); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,11 +19,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 )
 
 // startKDD runs a kube-apiserver with Calico's CRDs and connects a Store.
@@ -637,12 +640,42 @@ func testForbidden(t *testing.T, c *kubetest.Cluster) {
 	p.Name, p.Spec.CIDR = "forbidden", "10.20.0.0/16"
 	_, createErr := s.Create(ctx, p)
 	_, _, listErr := s.List(ctx, "NetworkPolicy", "")
+	_, nodeErr := s.Get(ctx, "Node", "", "some-node")
+	// IPAM's reads and writes, on its own custom resources.
+	_, blockErr := s.IPAM().Get(ctx, "/calico/ipam/v2/assignment/ipv4/block/10.20.0.0-26")
+	_, _, affErr := s.IPAM().List(ctx, "/calico/ipam/v2/host/some-node/ipv4/block/", false)
+	// Allowed to read handles but not to write them: the write's verb.
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "read-handles"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"crd.projectcalico.org"}, Resources: []string{"ipamhandles"},
+			Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nobody-reads-handles"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "read-handles"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "nobody"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var txnErr error
+	// The authorizer sees the binding a moment after it is written.
+	polltest.Until(t, 30*time.Second, "the binding to let nobody read IPAM handles", func() bool {
+		_, txnErr = s.IPAM().Txn(ctx, datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpPut,
+			Key: "/calico/ipam/v2/handle/forbidden", Value: []byte(`{"block":{}}`)}}})
+		return !strings.Contains(fmt.Sprint(txnErr), "cannot get")
+	})
 	for _, tc := range []struct {
 		err                  error
 		verb, resource, kind string
 	}{
 		{createErr, "create", "ippools", "IPPool"},
 		{listErr, "list", "networkpolicies", "NetworkPolicy"},
+		{nodeErr, "get", "nodes", "Node"},
+		{blockErr, "get", "ipamblocks", ""},
+		{affErr, "list", "blockaffinities", ""},
+		{txnErr, "create", "ipamhandles", ""},
 	} {
 		var ce *datastore.ConfigError
 		if !errors.As(tc.err, &ce) {

@@ -55,7 +55,15 @@
 // computed from), how to convert one object of a source, and how to write.
 // List and Watch are generic over sources: a watch converts each changed
 // Kubernetes object again and sends the difference in what it yields, and
-// a failed or expired watch relists and sends the difference too. Requests
+// a failed or expired watch relists and sends the difference too (so does
+// every source of a Watch that could not start for a failure, before its
+// first watch); once every source that failed watches again, one InSync
+// event says the stream is current. A request that gets no answer, or a 429/5xx, is an error
+// matching datastore.ErrUnavailable that names the API server
+// ("kubernetes API server https://... unreachable: ..."); a watch the
+// server ends (EOF, or GOAWAY when it shuts down) is resumed at once
+// without a report, and the next attempt finds out whether it is gone.
+// Requests
 // are plain JSON over client-go's transport (credentials, TLS, token
 // rotation) without client-go's schemes, which the CNI plugin would pay
 // for at every start. Every update carries the resourceVersion it read:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,6 +47,7 @@ func TestIPAMOnKubernetes(t *testing.T) {
 		{"objects as Calico stores them", testIPAMGolden},
 		{"transactions", testIPAMTxn},
 		{"undo when a concurrent writer wins", testIPAMUndoConcurrent},
+		{"two nodes claim one block", testIPAMClaimRace},
 		{"a failed allocation leaves nothing", testIPAMFailedAllocation},
 		{"objects Calico marked deleted", testIPAMMarkedDeleted},
 		{"long node names and IPv6", testIPAMNamesOnServer},
@@ -479,6 +481,57 @@ func testIPAMUndoConcurrent(t *testing.T, k *ipamCluster) {
 	}
 	rep, err := mine.Check(ctx)
 	if err != nil || len(rep.Allocations) != 3 || len(rep.LeakedHandles)+len(rep.MissingHandles) != 0 {
+		t.Errorf("check: %d allocations, leaked handles %v, missing handles %v (%v)", len(rep.Allocations), rep.LeakedHandles, rep.MissingHandles, err)
+	}
+}
+
+// testIPAMClaimRace: two nodes, as two processes, claim the only block of
+// a pool at once: node2 claims it between node1's first writes and its
+// block write. node2 wins and keeps the block; node1's claim loses, its
+// earlier writes are undone, and it retries: it borrows an address of
+// node2's block. Neither address is handed out twice, node1 keeps no
+// affinity to the block, and IPAM checks clean.
+func testIPAMClaimRace(t *testing.T, k *ipamCluster) {
+	s1, s2 := k.open(t), k.open(t)
+	p := newPools(t, "10.3.0.0/30", 30)
+	node1, node2 := ipam.New(s1.IPAM(), p, nil), ipam.New(s2.IPAM(), p, nil)
+	block := netip.MustParsePrefix("10.3.0.0/30")
+	var raced atomic.Bool
+	var theirs netip.Addr
+	kdd.SetIPAMWriteHook(s1, func(ctx context.Context, i int, key string) error {
+		if key == ipam.BlockKey(block) && raced.CompareAndSwap(false, true) {
+			v4, _, err := node2.AutoAssign(ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "theirs", Node: "node2"})
+			if err != nil || len(v4) != 1 {
+				t.Errorf("node2's claim: %v, %v", v4, err)
+				return nil
+			}
+			theirs = v4[0].Addr()
+		}
+		return nil
+	})
+	v4, _, err := node1.AutoAssign(k.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: "mine", Node: "node1"})
+	if err != nil || len(v4) != 1 || !raced.Load() {
+		t.Fatalf("node1's claim racing node2's: %v, %v (raced %v)", v4, err, raced.Load())
+	}
+	mine := v4[0].Addr()
+	if !block.Contains(mine) || mine == theirs {
+		t.Errorf("node1 got %s, node2 %s: want two addresses of %s", mine, theirs, block)
+	}
+	for node, want := range map[string][]netip.Prefix{"node1": nil, "node2": {block}} {
+		if got, err := node1.AffineBlocks(k.ctx, node); err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s's blocks: %v, %v; want %v", node, got, err, want)
+		}
+	}
+	var b struct {
+		Spec struct {
+			Affinity *string `json:"affinity"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(k.raw(t, "ipamblocks/10-3-0-0-30"), &b); err != nil || b.Spec.Affinity == nil || *b.Spec.Affinity != "host:node2" {
+		t.Errorf("block's affinity %v (%v), want host:node2", b.Spec.Affinity, err)
+	}
+	rep, err := node1.Check(k.ctx)
+	if err != nil || len(rep.Allocations) != 2 || len(rep.LeakedHandles)+len(rep.MissingHandles) != 0 {
 		t.Errorf("check: %d allocations, leaked handles %v, missing handles %v (%v)", len(rep.Allocations), rep.LeakedHandles, rep.MissingHandles, err)
 	}
 }

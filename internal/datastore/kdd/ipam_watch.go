@@ -150,7 +150,7 @@ func (w *ipamResourceWatch) list(ctx context.Context) (int64, error) {
 // the watch fails (410 Gone included) or ctx ends.
 func (w *ipamResourceWatch) run(ctx context.Context, out chan<- datastore.KVEvent) error {
 	for {
-		err := w.k.s.c.watch(ctx, w.r.path(), w.rv, func(ev watchEvent) error {
+		err := w.k.s.c.watch(ctx, w.r.path(), w.rv, nil, func(ev watchEvent) error {
 			return w.handle(ctx, ev, out)
 		})
 		if ctx.Err() != nil {

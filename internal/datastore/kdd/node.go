@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -160,8 +161,12 @@ func noK8sNode(name string) error {
 }
 
 func (m *nodeMapper) read(ctx context.Context, name string) (*k8sNode, error) {
+	var q url.Values
+	if datastore.CachedReads(ctx) {
+		q = url.Values{"resourceVersion": {"0"}}
+	}
 	var n k8sNode
-	if err := m.s.c.do(ctx, http.MethodGet, nodesSource.objPath("", name), nil, "", nil, &n); err != nil {
+	if err := m.s.c.do(ctx, http.MethodGet, nodesSource.objPath("", name), q, "", nil, &n); err != nil {
 		return nil, err
 	}
 	return &n, nil

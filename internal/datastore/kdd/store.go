@@ -388,20 +388,25 @@ func (s *Store) listSource(ctx context.Context, m mapper, i int, src source, ns,
 	return out, rev, nil
 }
 
-// listPage is the page size of a list. A list with a limit is read from
-// etcd at once; without one, the API server answers from its watch cache
-// only once the cache has caught up with etcd's newest revision, a wait of
-// up to a tenth of a second per list (ConsistentListFromCache, Kubernetes
-// 1.31 and later) that a start-up reading every kind pays many times.
+// listPage is the page size of a list. The API server answers a list
+// without a resourceVersion from its watch cache once the cache has caught
+// up with etcd's newest revision (ConsistentListFromCache, Kubernetes 1.31
+// and later; with or without a limit on 1.36): after a write to another
+// resource that is a wait of up to a tenth of a second per list, as long as
+// the API server takes to ask etcd for progress. Reads marked
+// datastore.WithCachedReads ask for the cache as it is (resourceVersion 0).
 const listPage = 500
 
 // listRaw lists one source in namespace ns ("" = all), at resourceVersion
 // rv exactly when set, page by page at the first page's revision.
 func (s *Store) listRaw(ctx context.Context, src source, ns, rv string) (rawList, int64, error) {
 	q := url.Values{"limit": {strconv.Itoa(listPage)}}
-	if rv != "" {
+	switch {
+	case rv != "":
 		q.Set("resourceVersion", rv)
 		q.Set("resourceVersionMatch", "Exact")
+	case datastore.CachedReads(ctx):
+		q.Set("resourceVersion", "0") // the watch cache, without waiting for it
 	}
 	var all rawList
 	for {

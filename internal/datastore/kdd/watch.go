@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
@@ -29,7 +30,9 @@ func keyOf(o api.Object) objectKey {
 // or a revision the server no longer has, starts with one Reset event
 // carrying the complete current set. A watch that fails, or whose revision
 // expires, is resumed by a fresh list whose difference from what was sent
-// is emitted as ordinary events, so no Reset is needed after the start.
+// is emitted as ordinary events, so no Reset is needed after the start;
+// once every source that failed is watching again, one InSync event says
+// the stream is current (the API server is back).
 func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event {
 	out := make(chan datastore.Event, datastore.WatchBuffer)
 	ctx, cancel := context.WithCancel(ctx)
@@ -67,12 +70,14 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRevision int64) <-ch
 // due, then runs them until ctx ends.
 func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, out chan<- datastore.Event) {
 	var ws []*sourceWatch
+	health := &watchHealth{out: out, failing: map[*sourceWatch]bool{}}
 	for _, m := range ms {
 		for i, src := range m.sources() {
-			ws = append(ws, &sourceWatch{s: s, m: m, i: i, src: src, out: out, state: map[string][]api.Object{}})
+			ws = append(ws, &sourceWatch{s: s, m: m, i: i, src: src, out: out, health: health, state: map[string][]api.Object{}})
 		}
 	}
 	reset := fromRevision < 0
+	seedFailed := false
 	for !reset {
 		ok := true
 		for _, w := range ws {
@@ -89,7 +94,7 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 				break
 			}
 			if err != nil {
-				ok = false
+				ok, seedFailed = false, true
 				if !w.fail(ctx, fmt.Errorf("list %s: %w", w.src.resource, err)) {
 					return
 				}
@@ -131,6 +136,18 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 			return
 		}
 	}
+	if seedFailed && !reset {
+		// Seeded at the caller's revision after a failure (the API server
+		// was unreachable): a watch from that revision would replay what
+		// changed since only after the server accepted it, which is when
+		// a source counts as current. So every source lists afresh and
+		// sends the difference before it watches, and InSync waits for
+		// all of them.
+		health.stale(ws)
+		for _, w := range ws {
+			w.relistFirst = true
+		}
+	}
 	done := make(chan struct{}, len(ws))
 	for _, w := range ws {
 		go func() {
@@ -147,14 +164,66 @@ func (s *Store) runWatch(ctx context.Context, ms []mapper, fromRevision int64, o
 // goroutine, is what each Kubernetes object (by namespace/name) last
 // yielded, so that a change or a relist can be turned into the difference.
 type sourceWatch struct {
-	s     *Store
-	m     mapper
-	i     int
-	src   source
-	out   chan<- datastore.Event
-	state map[string][]api.Object
-	rv    int64
-	wait  time.Duration
+	s      *Store
+	m      mapper
+	i      int
+	src    source
+	out    chan<- datastore.Event
+	health *watchHealth
+	state  map[string][]api.Object
+	rv     int64
+	wait   time.Duration
+	// relistFirst makes run list afresh, and send the difference from
+	// the seeded state, before its first watch.
+	relistFirst bool
+}
+
+// watchHealth is which sources of one Watch failed last time they tried
+// and have not watched since, so that the stream can tell its consumer
+// when all of them are current again (InSync) — after an API server
+// outage every source fails on its own and recovers on its own.
+type watchHealth struct {
+	out chan<- datastore.Event
+
+	// mu orders the error and InSync events of all sources as the
+	// failing set changes, so an InSync is never sent after a newer
+	// failure's error.
+	mu      sync.Mutex
+	failing map[*sourceWatch]bool
+}
+
+// failed marks w failing and sends its error; false when ctx ended.
+func (h *watchHealth) failed(ctx context.Context, w *sourceWatch, ev datastore.Event) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failing[w] = true
+	return datastore.Send(ctx, h.out, ev)
+}
+
+// stale marks every source of ws failing without an error of its own:
+// each is current again only once it watches (see watching).
+func (h *watchHealth) stale(ws []*sourceWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range ws {
+		h.failing[w] = true
+	}
+}
+
+// watching marks w current (its watch was accepted after the relist
+// whose difference it sent); the last failing source to recover sends
+// InSync. False when ctx ended.
+func (h *watchHealth) watching(ctx context.Context, w *sourceWatch) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.failing[w] {
+		return true
+	}
+	delete(h.failing, w)
+	if len(h.failing) > 0 {
+		return true
+	}
+	return datastore.Send(ctx, h.out, datastore.Event{Type: datastore.InSync})
 }
 
 type rawMeta struct {
@@ -222,7 +291,7 @@ func (w *sourceWatch) objects() []api.Object {
 // run watches from w.rv until ctx ends, resuming after every end of the
 // stream and relisting when the revision has expired or the watch failed.
 func (w *sourceWatch) run(ctx context.Context) {
-	relist := false
+	relist := w.relistFirst
 	for ctx.Err() == nil {
 		if relist {
 			state, rev, err := w.list(ctx, "")
@@ -246,7 +315,9 @@ func (w *sourceWatch) run(ctx context.Context) {
 			}
 			w.rv, relist = rev, false
 		}
-		err := w.s.c.watch(ctx, w.src.path, strconv.FormatInt(w.rv, 10), func(ev watchEvent) error {
+		err := w.s.c.watch(ctx, w.src.path, strconv.FormatInt(w.rv, 10), func() {
+			w.health.watching(ctx, w)
+		}, func(ev watchEvent) error {
 			return w.handle(ctx, ev)
 		})
 		if ctx.Err() != nil {
@@ -340,7 +411,7 @@ func revOf(o api.Object, fallback int64) int64 {
 
 // fail reports err and waits out the backoff; false when ctx ended.
 func (w *sourceWatch) fail(ctx context.Context, err error) bool {
-	if !datastore.Send(ctx, w.out, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
+	if !w.health.failed(ctx, w, datastore.Event{Err: &datastore.Error{Op: "watch", Kind: w.m.info().Kind, Err: err}}) {
 		return false
 	}
 	w.wait = datastore.NextWatchBackoff(w.wait)

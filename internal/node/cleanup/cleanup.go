@@ -21,6 +21,10 @@ type Config struct {
 	// CNISocket, BGPSocket and IPAMLockFile are the agent's sockets and
 	// the CNI plugin's IPAM lock; "" leaves one out.
 	CNISocket, BGPSocket, IPAMLockFile string
+	// StatusSocket is the agent's status socket, StatusDir its endpoint
+	// status directory (<endpointStatusPathPrefix>/endpoint-status); ""
+	// leaves one out.
+	StatusSocket, StatusDir string
 	Options
 	// Force cleans up even while an agent runs on the node.
 	Force bool

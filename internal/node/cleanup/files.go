@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/cniinstall"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 )
@@ -49,7 +50,8 @@ type Files struct {
 	Kubeconfig   FileFact   // <cni conf dir>/calico-kubeconfig
 	TLS          []FileFact // <cni conf dir>/calico-tls/etcd-*
 	TLSDir       FileFact
-	Sockets      []FileFact // the CNI server's and the BGP status socket
+	Sockets      []FileFact // the CNI server's, the BGP and the agent status sockets
+	StatusDir    FileFact   // the agent's endpoint status files
 	IPAMLock     FileFact   // the CNI plugin's IPAM lock file
 	RunDirs      []FileFact // the directories holding those, when named calico
 	AgentLock    FileFact   // <data dir>/agent.lock
@@ -71,6 +73,8 @@ type Files struct {
 //   - the etcd TLS copies with the CNI config they belong to;
 //   - the sockets when they are sockets, the IPAM lock when it is the empty
 //     lock file nobody holds, the agent lock when no agent holds it;
+//   - the endpoint status directory with its files when calico-node's
+//     marker is in it (felix's, without one, stays);
 //   - with RemoveData, the embedded etcd's data directory (it has etcd's
 //     member/ directory) and the nodename file;
 //   - a directory when everything in it goes: calico-tls, a run directory
@@ -155,6 +159,13 @@ func planFiles(f Files, opt Options) ([]Path, []Kept) {
 		keep(f.IPAMLock, "not the CNI plugin's empty lock file")
 	default:
 		remove(f.IPAMLock, false)
+	}
+	switch {
+	case !f.StatusDir.Exists:
+	case f.StatusDir.dir() && slices.Contains(f.StatusDir.Entries, epstatus.MarkerName):
+		remove(f.StatusDir, true)
+	default:
+		keep(f.StatusDir, "no "+epstatus.MarkerName+" marker: not calico-node's endpoint status directory")
 	}
 	for _, d := range f.RunDirs {
 		if filepath.Base(d.Path) == "calico" && emptied(d) {

@@ -33,6 +33,8 @@ func newLayout(t *testing.T) *layout {
 		CNISocket:    filepath.Join(root, "run", "calico", "cni.sock"),
 		BGPSocket:    filepath.Join(root, "run", "calico", "bgp.sock"),
 		IPAMLockFile: filepath.Join(root, "run", "calico", "ipam.lock"),
+		StatusSocket: filepath.Join(root, "run", "calico", "status.sock"),
+		StatusDir:    filepath.Join(root, "run", "calico", "endpoint-status"),
 	}}
 	for _, d := range []string{l.cfg.DataDir, l.cfg.CNIConfDir, l.cfg.CNIBinDir, filepath.Dir(l.cfg.CNISocket)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -82,6 +84,9 @@ func (l *layout) ours(t *testing.T) {
 	}
 	socket(t, l.cfg.CNISocket)
 	socket(t, l.cfg.BGPSocket)
+	socket(t, l.cfg.StatusSocket)
+	l.write(t, filepath.Join(l.cfg.StatusDir, ".agent"), `{"node":"node1"}`)
+	l.write(t, filepath.Join(l.cfg.StatusDir, "k8s default%2Fweb eth0"), `{"revision":"3"}`)
 	l.write(t, l.cfg.IPAMLockFile, "")
 	l.write(t, filepath.Join(l.cfg.DataDir, "agent.lock"), "")
 	l.write(t, filepath.Join(l.cfg.DataDir, "nodename"), "node1")
@@ -115,8 +120,8 @@ func TestPlanFilesOurs(t *testing.T) {
 		"file net.d/10-calico.conflist", "file net.d/calico-kubeconfig",
 		"file net.d/calico-tls/etcd-ca", "file net.d/calico-tls/etcd-cert", "file net.d/calico-tls/etcd-key",
 		"directory net.d/calico-tls",
-		"socket run/calico/cni.sock", "socket run/calico/bgp.sock", "file run/calico/ipam.lock",
-		"directory run/calico",
+		"socket run/calico/cni.sock", "socket run/calico/bgp.sock", "socket run/calico/status.sock", "file run/calico/ipam.lock",
+		"directory run/calico/endpoint-status", "directory run/calico",
 		"file data/agent.lock",
 	}
 	if !slices.Equal(removed, want) {
@@ -155,6 +160,8 @@ func TestPlanFilesNotOurs(t *testing.T) {
 	l.write(t, l.cfg.CNISocket, "a regular file")
 	l.write(t, l.cfg.IPAMLockFile, "someone's data")
 	l.write(t, filepath.Join(l.cfg.DataDir, "etcd", "notes.txt"), "no member/ here")
+	// Felix's endpoint status files: no calico-node marker.
+	l.write(t, filepath.Join(l.cfg.StatusDir, "k8s default%2Fweb eth0"), "")
 
 	removed, kept := planned(l, Options{RemoveData: true})
 	if len(removed) != 0 {
@@ -162,7 +169,7 @@ func TestPlanFilesNotOurs(t *testing.T) {
 	}
 	wantKept := []string{
 		"bin/calico", "bin/calico-ipam", "net.d/10-calico.conflist", "net.d/calico-kubeconfig",
-		"net.d/calico-tls/etcd-ca", "run/calico/cni.sock", "run/calico/ipam.lock", "data/etcd",
+		"net.d/calico-tls/etcd-ca", "run/calico/cni.sock", "run/calico/ipam.lock", "run/calico/endpoint-status", "data/etcd",
 	}
 	if !slices.Equal(kept, wantKept) {
 		t.Errorf("kept:\n%q\nwant:\n%q", kept, wantKept)

@@ -223,7 +223,7 @@ func readFiles(cfg Config) Files {
 	}
 	f.TLSDir = fact(tlsDir, 0)
 	runDirs := map[string]bool{}
-	for _, s := range []string{cfg.CNISocket, cfg.BGPSocket} {
+	for _, s := range []string{cfg.CNISocket, cfg.BGPSocket, cfg.StatusSocket} {
 		if s == "" {
 			continue
 		}
@@ -240,6 +240,10 @@ func readFiles(cfg Config) Files {
 			f.IPAMLock.Busy, _ = agentlock.Held(cfg.IPAMLockFile)
 		}
 		runDirs[filepath.Dir(cfg.IPAMLockFile)] = true
+	}
+	if cfg.StatusDir != "" {
+		f.StatusDir = fact(cfg.StatusDir, 0)
+		runDirs[filepath.Dir(cfg.StatusDir)] = true
 	}
 	for d := range runDirs {
 		f.RunDirs = append(f.RunDirs, fact(d, 0))

@@ -62,6 +62,8 @@ func (n *node) cleanup(t *testing.T, args ...string) (string, error) {
 		"--cni-socket", filepath.Join(n.run, "cni.sock"),
 		"--bgp-status-socket", filepath.Join(n.run, "bgp.sock"),
 		"--ipam-lock-file", filepath.Join(n.run, "ipam.lock"),
+		"--status-socket", filepath.Join(n.run, "status.sock"),
+		"--endpoint-status-path-prefix", n.run,
 	}, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
@@ -90,9 +92,11 @@ func (n *node) startAgent(t *testing.T) *proctest.Proc {
 	t.Helper()
 	cmd := n.ns.Command(testbin.Path(t), "run",
 		"--data-dir", n.data, "--install-cni", "--cni-conf-dir", n.conf, "--cni-bin-dir", n.bin,
-		"--cni-socket", filepath.Join(n.run, "cni.sock"))
+		"--cni-socket", filepath.Join(n.run, "cni.sock"),
+		"--status-socket", filepath.Join(n.run, "status.sock"))
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "NODENAME=cleanup-node",
+		"FELIX_ENDPOINTSTATUSPATHPREFIX=" + n.run,
 		"IP=192.0.2.10/24", "IP6=fd00:192::10/64",
 		"CALICO_IPV4POOL_CIDR=10.77.0.0/16", "CALICO_IPV4POOL_VXLAN=Always",
 		"CALICO_IPV6POOL_CIDR=fd00:77::/48", "CALICO_IPV6POOL_VXLAN=Always",

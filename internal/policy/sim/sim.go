@@ -15,7 +15,9 @@
 // wildcards, the reverse-path check and the LOCAL address type against the
 // host's Routes) and applies
 // mark changes and NOTRACK, and returns the verdict with a trace of the
-// rules that matched.
+// rules that matched (Result.Hits: chain, position, depth and the rule,
+// whose policy.Origin says what it enforces; package explain reads
+// them).
 //
 // Walk strings the tables together the way netfilter does for a packet to
 // the host, through it or from it: raw, then mangle PREROUTING (for
@@ -113,6 +115,25 @@ type Result struct {
 	Untracked bool
 	// Trace lists "chain#index" for each rule that matched, in order.
 	Trace []string
+	// Hits are the same rules, structured: package explain maps them back
+	// to the policy model through each rule's policy.Origin.
+	Hits []Hit
+}
+
+// Hit is one rule that matched the packet.
+type Hit struct {
+	// Chain is the rule's chain: one of the table's, or the built-in
+	// chain the traversal started in (whose rules are the table's hooks,
+	// inserted ones first).
+	Chain string
+	// Index is the rule's position in the chain, from 0.
+	Index int
+	// Depth is how many chains deep the rule was: 0 in the built-in
+	// chain, 1 in a chain it jumped to, and so on. A goto replaces the
+	// chain at its depth, as the kernel's stack does.
+	Depth int
+	// Rule is the rule itself.
+	Rule *policy.Rule
 }
 
 // Sets indexes what rules look up outside the packet: a family's IP sets
@@ -392,6 +413,7 @@ func (tr *traversal) run(start *policy.Chain) (Verdict, error) {
 			continue
 		}
 		tr.res.Trace = append(tr.res.Trace, top.chain.Name+"#"+strconv.Itoa(idx))
+		tr.res.Hits = append(tr.res.Hits, Hit{Chain: top.chain.Name, Index: idx, Depth: len(stack) - 1, Rule: r})
 		switch a := r.Action.(type) {
 		case nil:
 		case policy.Accept:

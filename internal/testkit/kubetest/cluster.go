@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,10 +70,31 @@ type Cluster struct {
 	Kubectl string
 	// Dir holds certificates, kubeconfigs and the components' logs.
 	Dir string
-	// APIServerPID is the kube-apiserver's process ID, for benchmarks that
-	// read its CPU time and memory from /proc. Never signal it: Start's
-	// cleanup stops the process.
+	// EtcdEndpoints are the API server's etcd (client URLs), for tests
+	// that write behind its back as another API server of the cluster
+	// would while this one is down.
+	EtcdEndpoints []string
+	// APIServerPID is the kube-apiserver's process ID (the restarted
+	// one's after RestartAPIServer), for benchmarks that read its CPU time
+	// and memory from /proc. Never signal it: Start's cleanup, and
+	// StopAPIServer, stop the process.
 	APIServerPID int
+
+	// api is the running kube-apiserver and what restarts it.
+	api *apiServer
+}
+
+// apiServer is kube-apiserver as StopAPIServer and RestartAPIServer see
+// it: how it was started, and its current process.
+type apiServer struct {
+	bin, dir string
+	pki      *PKI
+	etcdURL  string
+	port     int
+	extra    []string
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
 }
 
 // Option changes what Start runs.
@@ -134,38 +157,30 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
-	c := &Cluster{Dir: dir, CAFile: p.CACert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+	c := &Cluster{Dir: dir, CAFile: p.CACert, Kubectl: bins.Kubectl, Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
+		EtcdEndpoints: etcd.Endpoints}
 
-	var api *process
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
-		api, err = startAPIServer(bins.APIServer, dir, p, etcd.Endpoints[0], port, o.apiserverArg)
-		if err != nil {
-			t.Fatalf("kubetest: %v", err)
-		}
-		t.Cleanup(api.stop)
+		c.api = &apiServer{bin: bins.APIServer, dir: dir, pki: p, etcdURL: etcd.Endpoints[0], port: port, extra: o.apiserverArg}
+		t.Cleanup(c.api.stop)
 		c.Host, c.Port = "127.0.0.1", strconv.Itoa(port)
 		c.URL = "https://" + net.JoinHostPort(c.Host, c.Port)
-		err = WaitReady(c.URL, p, readyTimeout, func() error {
-			select {
-			case <-api.Done():
-				return errors.New("kube-apiserver exited before it was ready")
-			default:
-				return nil
-			}
-		})
+		proc, err := c.api.start(c.URL)
 		if err == nil {
-			c.APIServerPID = api.Cmd.Process.Pid
+			c.APIServerPID = proc.Cmd.Process.Pid
 			break
 		}
-		api.stop()
-		if attempt+1 < startAttempts && strings.Contains(api.logTail(), "address already in use") {
+		if proc == nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+		if attempt+1 < startAttempts && strings.Contains(proc.logTail(), "address already in use") {
 			continue
 		}
-		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, api.logPath, api.logTail())
+		t.Fatalf("kubetest: %v; kube-apiserver log %s:\n%s", err, proc.logPath, proc.logTail())
 	}
 
 	if err := WriteKubeconfig(c.Kubeconfig, "kubetest", c.URL, p.CACert, p.AdminCert, p.AdminKey); err != nil {
@@ -227,6 +242,77 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Cleanup(sched.stop)
 	}
 	return c
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, SIGKILL after a grace
+// period, by its PID) and returns once it has exited. Its etcd and every
+// other component keep running, so the cluster's data survive: clients
+// see connections refused until RestartAPIServer.
+func (c *Cluster) StopAPIServer(t testing.TB) {
+	t.Helper()
+	c.api.stop()
+}
+
+// RestartAPIServer starts kube-apiserver again, stopping it first if it
+// runs, with the same flags, certificates, etcd and address (the
+// kubeconfigs stay valid), and waits until /readyz answers.
+func (c *Cluster) RestartAPIServer(t testing.TB) {
+	t.Helper()
+	c.api.stop()
+	// The old process's listening socket is closed, but a port left in
+	// TIME_WAIT by its connections can still make the bind fail for a
+	// moment: retried.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		proc, err := c.api.start(c.URL)
+		if err == nil {
+			c.APIServerPID = proc.Cmd.Process.Pid
+			return
+		}
+		if proc != nil && strings.Contains(proc.logTail(), "address already in use") && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if proc == nil {
+			t.Fatalf("kubetest: restart kube-apiserver: %v", err)
+		}
+		t.Fatalf("kubetest: restart kube-apiserver: %v; log %s:\n%s", err, proc.logPath, proc.logTail())
+	}
+}
+
+// start runs kube-apiserver and waits for /readyz at url. On failure the
+// process (if one was started) is stopped and returned for its log.
+func (a *apiServer) start(url string) (*process, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	proc, err := startAPIServer(a.bin, a.dir, a.pki, a.etcdURL, a.port, a.extra)
+	if err != nil {
+		return nil, err
+	}
+	err = WaitReady(url, a.pki, readyTimeout, func() error {
+		select {
+		case <-proc.Done():
+			return errors.New("kube-apiserver exited before it was ready")
+		default:
+			return nil
+		}
+	})
+	if err != nil {
+		proc.stop()
+		return proc, err
+	}
+	a.proc = proc
+	return proc, nil
+}
+
+// stop ends the running kube-apiserver, if any. Idempotent.
+func (a *apiServer) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil {
+		a.proc.stop()
+		a.proc = nil
+	}
 }
 
 func startAPIServer(bin, dir string, p *PKI, etcdURL string, port int, extra []string) (*process, error) {
@@ -453,4 +539,68 @@ func (p *process) logTail() string {
 		return "(no log: " + err.Error() + ")"
 	}
 	return tail(data, 25)
+}
+
+// RelayInto makes the API server reachable at its own address (c.URL,
+// on 127.0.0.1) from inside the network namespace nsPath (a file such as
+// /var/run/netns/<name>): a listener on that namespace's loopback relays
+// every connection to the API server in the caller's namespace, so that
+// an agent running there (`ip netns exec`) uses c.Kubeconfig unchanged.
+// The namespace's loopback must be up. The relay ends in t.Cleanup; it
+// keeps relaying across RestartAPIServer.
+func (c *Cluster) RelayInto(t testing.TB, nsPath string) {
+	t.Helper()
+	addr := net.JoinHostPort(c.Host, c.Port)
+	var l net.Listener
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kubetest: listen on %s in %s: %v", addr, nsPath, err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, cn := range conns {
+			cn.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				in.Close() // the API server is down: refused, as it would be
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out) // closed at cleanup if still open
+			mu.Unlock()
+			wg.Go(func() {
+				done := make(chan struct{})
+				go func() {
+					io.Copy(out, in)
+					out.(*net.TCPConn).CloseWrite()
+					close(done)
+				}()
+				io.Copy(in, out)
+				in.(*net.TCPConn).CloseWrite()
+				<-done
+				in.Close()
+				out.Close()
+			})
+		}
+	})
 }

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 func TestStagingReplace(t *testing.T) {
@@ -123,8 +125,45 @@ func TestCluster(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 
+		// The API server stops and comes back on the same address with
+		// the same data (its etcd runs on); the restarted process is
+		// the one cleanup stops.
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+		if _, err := c.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		firstPID := pidOf(t, c.Dir, "kube-apiserver")
+		c.StopAPIServer(t)
+		if err := syscall.Kill(firstPID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("kube-apiserver pid %d still exists after StopAPIServer (kill -0: %v)", firstPID, err)
+		}
+		if _, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{}); err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("get while stopped: err = %v, want connection refused", err)
+		}
+		c.RestartAPIServer(t)
+		got, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{})
+		if err != nil || got.Data["k"] != "v" {
+			t.Errorf("config map after the restart: %v, %v", got, err)
+		}
+		if out, err := c.RunKubectl(nil, "get", "configmap", "survivor", "-o", "name"); err != nil || strings.TrimSpace(out) != "configmap/survivor" {
+			t.Errorf("kubectl with the same kubeconfig after the restart: %q, %v", out, err)
+		}
+
+		// Relayed into another network namespace, at its own address.
+		if os.Geteuid() == 0 {
+			netNS := netnstest.New(t, "kubetest")
+			c.RelayInto(t, "/var/run/netns/"+netNS.Name)
+			out := netNS.MustRun(t, c.Kubectl, "--kubeconfig="+c.Kubeconfig, "--cache-dir="+t.TempDir(), "get", "configmap", "survivor", "-o", "name")
+			if strings.TrimSpace(out) != "configmap/survivor" {
+				t.Errorf("kubectl in another namespace through the relay: %q", out)
+			}
+		}
+
 		for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {
 			pids = append(pids, pidOf(t, c.Dir, name))
+		}
+		if pids[0] == firstPID {
+			t.Errorf("kube-apiserver pid %d unchanged by the restart", firstPID)
 		}
 	})
 	for _, pid := range pids {

@@ -19,6 +19,12 @@
 // namespace controller is, so deleted namespaces really go away. Without a
 // kubelet nobody confirms a graceful Pod deletion: delete Pods with
 // ForceDelete() (also before deleting their namespace).
+// StopAPIServer and RestartAPIServer take kube-apiserver away and bring it
+// back on the same address, with the same certificates and the same etcd,
+// so the data survive: what API-server outage tests need. RelayInto makes
+// the API server reachable at its own address from inside another network
+// namespace (agents started with `ip netns exec` use the kubeconfig as it
+// is).
 //
 // StartNode(t, c) adds a real node to such a cluster: kubelet (built with
 // the other binaries) and Debian's containerd with its CRI plugin and runc,
@@ -78,5 +84,6 @@
 // # Thread safety
 //
 // Start may be called from parallel tests; each call runs its own control
-// plane. A Cluster's fields are read-only after Start.
+// plane. A Cluster's fields are read-only after Start; StopAPIServer and
+// RestartAPIServer may be called from any goroutine.
 package kubetest

@@ -75,3 +75,25 @@ func PrivateSocket(env, prefix string) (undo func(), err error) {
 	os.Setenv(env, filepath.Join(dir, "cni.sock"))
 	return func() { os.RemoveAll(dir) }, nil
 }
+
+// RunDirEnv are the variables PrivateRunDir sets: the agent's CNI socket,
+// its status socket and the prefix of its endpoint status files, all of
+// which live in /var/run/calico on a real node.
+var RunDirEnv = []string{"CALICO_CNI_SOCKET", "CALICO_STATUS_SOCKET", "FELIX_ENDPOINTSTATUSPATHPREFIX"}
+
+// PrivateRunDir makes the node's /var/run/calico a fresh temporary
+// directory: it points CALICO_CNI_SOCKET, CALICO_STATUS_SOCKET and
+// FELIX_ENDPOINTSTATUSPATHPREFIX into it (the agent reads all three, the
+// CNI plugins it serves the first) and returns what removes it. Agents
+// of other tests on this machine then never get this node's plugins'
+// commands, and nothing is written to the machine's /var/run/calico.
+func PrivateRunDir(prefix string) (undo func(), err error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	os.Setenv("CALICO_CNI_SOCKET", filepath.Join(dir, "cni.sock"))
+	os.Setenv("CALICO_STATUS_SOCKET", filepath.Join(dir, "status.sock"))
+	os.Setenv("FELIX_ENDPOINTSTATUSPATHPREFIX", dir)
+	return func() { os.RemoveAll(dir) }, nil
+}

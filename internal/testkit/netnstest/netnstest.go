@@ -102,6 +102,69 @@ func (n *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return r.c, r.err
 }
 
+// inside runs fn on a fresh OS thread switched into the namespace, and
+// throws the thread away afterwards (see the package doc).
+func (n *NS) inside(fn func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread ends with this goroutine.
+		h, err := netns.GetFromName(n.Name)
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			ch <- err
+			return
+		}
+		ch <- fn()
+	}()
+	return <-ch
+}
+
+// Listen opens a listener inside the namespace; it stays there.
+func (n *NS) Listen(network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := n.inside(func() (err error) {
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	return l, err
+}
+
+// ListenPacket opens a packet socket inside the namespace.
+func (n *NS) ListenPacket(network, addr string) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := n.inside(func() (err error) {
+		c, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return c, err
+}
+
+// DialFrom is Dial from a given local address of the namespace, with a
+// timeout.
+func (n *NS) DialFrom(ctx context.Context, network, local, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.inside(func() error {
+		d := net.Dialer{}
+		if local != "" {
+			switch network {
+			case "udp", "udp4", "udp6":
+				d.LocalAddr = &net.UDPAddr{IP: net.ParseIP(local)}
+			default:
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+			}
+		}
+		var err error
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
 // HTTPClient returns a client whose connections start inside the namespace.
 func (n *NS) HTTPClient() *http.Client {
 	return &http.Client{

@@ -1,0 +1,179 @@
+package routetable
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/projectcalico/calico-node/agent/routes"
+)
+
+// Update changes some of the routes source wants: set adds or replaces
+// routes (by table and destination), del withdraws the routes to del's
+// tables and destinations (only their Table and Dst count). A source
+// that learns its routes one change at a time (BGP) calls Update with
+// what changed, and the next pass looks only at those destinations
+// instead of merging and comparing every route of every source. The
+// first Update of a source counts as its first set for Expect.
+func (t *Table) Update(source string, set, del []routes.Route) {
+	t.mu.Lock()
+	m := t.sources[source]
+	if m == nil {
+		m = map[string]routes.Route{}
+		t.sources[source] = m
+	}
+	if t.touched == nil {
+		t.touched = map[string]bool{}
+	}
+	for _, r := range del {
+		k := key(r)
+		delete(m, k)
+		t.touched[k] = true
+	}
+	for _, r := range set {
+		k := key(r)
+		m[k] = r
+		t.touched[k] = true
+	}
+	t.mu.Unlock()
+	t.kick()
+}
+
+// takeTouched returns and forgets the keys Updates changed, or all when a
+// Set happened since the last pass.
+func (t *Table) takeTouched() (keys map[string]bool, all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	keys, all = t.touched, t.all
+	t.touched, t.all = nil, false
+	return keys, all
+}
+
+// winner is the route the sources want for k: the first source's in
+// sourceOrder (caller holds mu).
+func (t *Table) winner(order []string, k string) (routes.Route, bool) {
+	for _, n := range order {
+		if r, ok := t.sources[n][k]; ok {
+			return r, true
+		}
+	}
+	return routes.Route{}, false
+}
+
+// applyDelta is applyDiff for the keys Updates touched, plus those the
+// last pass could not write (a missing device): it writes what changed
+// for them against t.last and updates t.last, and what Inspect shows, in
+// place. It costs in proportion to the change, not to the table.
+func (t *Table) applyDelta(touched map[string]bool) error {
+	t.mu.Lock()
+	keys := maps.Clone(touched)
+	if keys == nil {
+		keys = map[string]bool{}
+	}
+	for k := range t.problems {
+		keys[k] = true
+	}
+	order := t.sourceOrder()
+	want := make(map[string]routes.Route, len(keys))
+	for k := range keys {
+		if r, ok := t.winner(order, k); ok {
+			want[k] = r
+		}
+	}
+	problems := map[string]string{}
+	for k, p := range t.problems {
+		if !keys[k] {
+			problems[k] = p
+		}
+	}
+	t.mu.Unlock()
+
+	t.skipped = 0
+	var ops []Op
+	var opKeys []string
+	written := map[string]routes.Route{} // keys to set in last once written
+	var gone []string                    // keys to drop from last
+	for k := range keys {
+		w, wanted := want[k]
+		prev, had := t.last[k]
+		if !wanted {
+			if had {
+				gone = append(gone, k)
+				if nr, err := t.toNetlink(prev); err == nil { // else its device is gone, and the route with it
+					ops, opKeys = append(ops, Op{Del: true, Route: nr}), append(opKeys, k)
+				}
+			}
+			continue
+		}
+		if had && prev == w {
+			written[k] = w // in place already; maybe after a problem
+			continue
+		}
+		nr, err := t.toNetlink(w)
+		if err != nil {
+			t.log.Debug("skip route", "dst", w.Dst, "err", err)
+			// Not written: retried (Run's pending backoff). The kernel
+			// keeps what was there, and so does last, so that a
+			// withdrawal still deletes it.
+			t.skipped++
+			problems[k] = "not written: " + err.Error()
+			continue
+		}
+		ops, opKeys = append(ops, Op{Route: nr}), append(opKeys, k)
+		written[k] = w
+	}
+	var errs []error
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case ops[i].Del:
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
+			problems[opKeys[i]] = "the kernel refused it: " + err.Error()
+			delete(written, opKeys[i])
+		}
+	}
+	t.mu.Lock()
+	for _, k := range gone {
+		delete(t.shown, k)
+	}
+	maps.Copy(t.shown, written)
+	// shown holds what is in the kernel as wanted: not a route kept
+	// while its replacement waits for a device.
+	for k := range problems {
+		delete(t.shown, k)
+	}
+	t.problems = problems
+	t.passes++
+	t.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		t.last = nil // the next pass lists the kernel again
+		return err
+	}
+	for _, k := range gone {
+		if prev, ok := t.last[k]; ok {
+			t.m.change(&prev, nil)
+			delete(t.last, k)
+		}
+	}
+	for k, w := range written {
+		prev, had := t.last[k]
+		if had && prev == w {
+			continue
+		}
+		if had {
+			t.m.change(&prev, &w)
+		} else {
+			t.m.change(nil, &w)
+		}
+		t.last[k] = w
+	}
+	t.m.flush()
+	t.signalApplied()
+	return nil
+}
