@@ -310,7 +310,17 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	r.SyncAll, r.SyncEachP50, r.SyncEachP99 = ms(all), ms(pct(each, 0.5)), ms(pct(each, 0.99))
 	e1 := mon.read()
 	r.EtcdCPUStart = delta(e0, e1, "cpu")
-	r.Watchers, r.WatchStreams = gaugeSum(e1, "etcd_debugging_mvcc_watcher_total"), gaugeSum(e1, "etcd_debugging_mvcc_watch_stream_total")
+	// A node reports in sync with confwatch; its IPAM watches may open a
+	// moment later: the watchers are counted once the count holds still.
+	for range 30 {
+		time.Sleep(time.Second)
+		e := mon.read()
+		w := gaugeSum(e, "etcd_debugging_mvcc_watcher_total")
+		if w == r.Watchers {
+			break
+		}
+		r.Watchers, r.WatchStreams = w, gaugeSum(e, "etcd_debugging_mvcc_watch_stream_total")
+	}
 
 	// Churn, probes, and the leader's death.
 	st0 := f.collectStats(tb)
