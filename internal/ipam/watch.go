@@ -54,6 +54,11 @@ type blockWatch struct {
 	blocks map[string]blockInfo // block key -> what it contributes
 	rev    int64
 	synced bool // a Reset has been seen
+	// changed: a block's contribution changed since the last publish.
+	// Most events (a pod's address allocated or released in its node's
+	// block) change none, and publish then costs nothing instead of a
+	// snapshot of every block in the cluster.
+	changed bool
 	// failing is set from an unreachable datastore's error to the Reset
 	// that follows the watch's recovery: while the datastore is down the
 	// watch retries every few seconds, logged once.
@@ -112,7 +117,7 @@ func (w *blockWatch) handle(ev datastore.KVEvent) {
 		for _, kv := range ev.Snapshot {
 			w.apply(kv.Key, kv.Value, false)
 		}
-		w.synced = true
+		w.synced, w.changed = true, true
 		if w.failing {
 			w.log.Info("IPAM block watch current again")
 			w.failing = false
@@ -152,7 +157,10 @@ func (w *blockWatch) apply(key string, value []byte, deleted bool) {
 		return
 	}
 	if deleted {
-		delete(w.blocks, key)
+		if _, ok := w.blocks[key]; ok {
+			delete(w.blocks, key)
+			w.changed = true
+		}
 		return
 	}
 	b, err := decodeBlock(value)
@@ -175,12 +183,19 @@ func (w *blockWatch) apply(key string, value []byte, deleted bool) {
 		}
 		info.borrowed[b.addr(ord)] = node
 	}
+	if old, ok := w.blocks[key]; !ok || old.cidr != info.cidr || old.host != info.host || !maps.Equal(old.borrowed, info.borrowed) {
+		w.changed = true
+	}
 	w.blocks[key] = info
 }
 
 // publish queues a snapshot when the state differs from the last one sent
 // (always, the first time).
 func (w *blockWatch) publish() {
+	if !w.changed {
+		return
+	}
+	w.changed = false
 	s := BlockSnapshot{Revision: w.rev, Affinity: map[netip.Prefix]string{}, Borrowed: map[netip.Addr]string{}}
 	for _, b := range w.blocks {
 		s.Affinity[b.cidr] = b.host

@@ -6,8 +6,13 @@
 // server listening on free 127.0.0.1 ports with its data in t.TempDir(). The
 // Server's exported fields are what a client needs: Endpoints and, with
 // WithTLS, the CA and client certificate files. Stop, Restart and Compact
-// exist for failure and relist tests. Everything is torn down in t.Cleanup,
-// also when the test fails.
+// exist for failure and relist tests. StartCluster runs a multi-member
+// cluster of the binary (a Cluster of Members, each on its own client and
+// peer ports: Endpoints lists every member, as a real node's
+// etcd_endpoints does); a Member is killed with SIGKILL (Kill: a crash, no
+// leadership transfer) or stopped, and Restart brings it back on its data
+// directory, waiting until it has rejoined. Everything is torn down in
+// t.Cleanup, also when the test fails.
 //
 // Design: ports are picked by binding 127.0.0.1:0 and closing the listener;
 // another process can grab the port before etcd binds it, so a bind failure
