@@ -122,9 +122,14 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 	return append(v4, v6...), nil
 }
 
-// ipamClient is the IPAM client of an allocation, on cachedPools.
+// ipamClient is the IPAM client of an allocation or release, on
+// cachedPools, and in the agent on its IPAM cache for the store.
 func (inv *invocation) ipamClient(store datastore.Store) *ipam.Client {
-	return ipam.New(store.IPAM(), cachedPools{store}, inv.logger.With("component", "ipam"))
+	c := ipam.New(store.IPAM(), cachedPools{store}, inv.logger.With("component", "ipam"))
+	if inv.host.ipamCache != nil && inv.sharedStore {
+		c.UseCache(inv.host.ipamCache(store))
+	}
+	return c
 }
 
 // cachedPools is the pool source of an allocation: pools, reservations
@@ -149,7 +154,7 @@ func (inv *invocation) calicoRelease(ctx context.Context, containerID string) er
 	if err != nil {
 		return err
 	}
-	client := ipam.New(store.IPAM(), store, inv.logger.With("component", "ipam"))
+	client := inv.ipamClient(store)
 	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
 	defer cancel()
 	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)

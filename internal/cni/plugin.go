@@ -24,6 +24,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
 // Plugin names as installed in the CNI bin dir.
@@ -151,6 +152,9 @@ type host struct {
 	netnsName string
 	// kube: see netConf.kube.
 	kube func(*netConf) (*k8sAPI, error)
+	// ipamCache, if set, is the agent's IPAM cache for a store that
+	// stores handed out; nil in a plugin process.
+	ipamCache func(datastore.Store) *ipam.Cache
 	// dataplane is the agent's tracker when the agent serves the
 	// command; nil in a plugin process (programmed.go).
 	dataplane Dataplane

@@ -26,6 +26,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
 // Server runs the CNI commands that plugin processes on this node forward
@@ -55,6 +56,9 @@ type Server struct {
 	mu     sync.Mutex
 	stores map[string]datastore.Store
 	kubes  map[[sha256.Size]byte]*k8sAPI
+	// ipamCaches: one per store, what its allocations start from (see
+	// ipam.Cache).
+	ipamCaches map[datastore.Store]*ipam.Cache
 
 	// Dataplane, if set, is the agent's record of what its dataplane
 	// has programmed: ADD reports its stages to it and returns only once
@@ -81,7 +85,7 @@ func NewServer(path string, reg prometheus.Registerer, logger *slog.Logger) *Ser
 		reg.MustRegister(m)
 	}
 	return &Server{path: path, log: logger.With("component", "cni-server"), metrics: m,
-		stores: map[string]datastore.Store{}, kubes: map[[sha256.Size]byte]*k8sAPI{}}
+		stores: map[string]datastore.Store{}, kubes: map[[sha256.Size]byte]*k8sAPI{}, ipamCaches: map[datastore.Store]*ipam.Cache{}}
 }
 
 // Run listens until ctx ends, then waits for the commands in flight (each
@@ -286,11 +290,12 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 	}
 	var stdout, stderr bytes.Buffer
 	h := &host{
-		env:    func(k string) string { return env[k] },
-		stdout: &stdout,
-		logTo:  &stderr,
-		stores: s.store,
-		kube:   s.kubeClient,
+		env:       func(k string) string { return env[k] },
+		stdout:    &stdout,
+		logTo:     &stderr,
+		stores:    s.store,
+		kube:      s.kubeClient,
+		ipamCache: s.ipamCache,
 
 		dataplane:     s.Dataplane,
 		policyTimeout: s.PolicySetupTimeout,
@@ -415,12 +420,25 @@ func (s *Server) kubeClient(c *netConf) (*k8sAPI, error) {
 	return k, nil
 }
 
+// ipamCache returns the IPAM cache of a store s.store handed out.
+func (s *Server) ipamCache(st datastore.Store) *ipam.Cache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.ipamCaches[st]
+	if c == nil {
+		c = ipam.NewCache()
+		s.ipamCaches[st] = c
+	}
+	return c
+}
+
 func (s *Server) closeStores() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, st := range s.stores {
 		st.Close()
 		delete(s.stores, k)
+		delete(s.ipamCaches, st)
 	}
 }
 

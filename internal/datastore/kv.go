@@ -96,11 +96,18 @@ type Txn struct {
 
 // TxnResult says whether a Txn applied. When it did not, Current holds
 // the present value of each Cond's key (in Conds' order) and Refreshed
-// the contents of each Refresh prefix.
+// the contents of each Refresh prefix. When it did, Written holds the
+// keys the Txn left as its Ops say, with their new revision (Rev 0:
+// deleted): a caller that remembers what it wrote (the agent's IPAM
+// cache) can make its next write conditional on that without reading
+// it again. A key an Op wrote that Written does not list is in a state
+// the caller cannot know (an OpCreateIfAbsent that found the key, or an
+// affinity the KDD backend confirmed after the Txn's writes).
 type TxnResult struct {
 	Succeeded bool
 	Current   []KeyValue
 	Refreshed [][]KeyValue
+	Written   []KeyValue
 }
 
 // KVEventType says what a KVEvent reports.

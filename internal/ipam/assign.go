@@ -82,13 +82,33 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 	if use == "" {
 		use = api.IPPoolAllowedUseWorkload
 	}
-	e, err := c.loadEnv(ctx, args.Node, args.HandleID)
+	// With a Cache, the first attempt starts from it; anything it cannot
+	// vouch for starts again from fresh reads (see below).
+	fromCache := c.cache != nil
+	for {
+		v4, v6, retry, err := c.autoAssign(ctx, args, use, fromCache)
+		if !retry {
+			return v4, v6, err
+		}
+		fromCache = false
+	}
+}
+
+// autoAssign is AutoAssign from one environment. An environment from the
+// Cache (fromCache) vouches only for an allocation in the node's own
+// blocks as cached, with the handle absent: one that needs anything else
+// (a new block, a borrowed address, an affinity to confirm or drop, a
+// retry after a lost race, the handle's earlier addresses released), or
+// fails, comes back with retry set and nothing written, so that
+// AutoAssign starts again from fresh reads.
+func (c *Client) autoAssign(ctx context.Context, args AutoAssignArgs, use api.IPPoolAllowedUse, fromCache bool) (v4, v6 []netip.Prefix, retry bool, err error) {
+	e, err := c.loadEnv(ctx, args.Node, fromCache, args.HandleID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+		return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 	}
 	if args.Replace {
 		if e, err = c.replaceHandle(ctx, e, args.Node, args.HandleID); err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 	}
 	var fams []family
@@ -104,7 +124,7 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 			nodeLabels: e.nodeLabels, nsLabels: args.NamespaceLabels,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 		fams = append(fams, family{version: f.v, n: f.n, pools: pools})
 	}
@@ -113,15 +133,16 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 		maxBlocks = m
 	}
 	attrs := c.attrs(args.Attrs, args.Node)
-	// The node's blocks of both versions in one round trip.
+	// The node's blocks of both versions in one round trip (those the
+	// cache does not hold).
 	var affKeys []string
 	for _, cidr := range e.affinities {
 		if (ipVersion(cidr.Addr()) == 4 && args.Num4 > 0) || (ipVersion(cidr.Addr()) == 6 && args.Num6 > 0) {
 			affKeys = append(affKeys, BlockKey(cidr))
 		}
 	}
-	if err := c.read(ctx, e.snap, affKeys); err != nil {
-		return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+	if err := c.read(ctx, e.snap, e.snap.missing(affKeys)); err != nil {
+		return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 	}
 
 	for attempt := 0; ; attempt++ {
@@ -129,29 +150,54 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 			seq: uint64(c.now().UnixNano()), skip: map[string]bool{}}
 		for _, f := range fams {
 			if err := c.planFamily(ctx, p, f); err != nil {
-				return nil, nil, fmt.Errorf("auto-assign for %s on node %s: %w", args.HandleID, args.Node, err)
+				if e.cached {
+					return nil, nil, true, nil
+				}
+				return nil, nil, false, fmt.Errorf("auto-assign for %s on node %s: %w", args.HandleID, args.Node, err)
 			}
+		}
+		if e.cached && !p.ownBlocksOnly() {
+			return nil, nil, true, nil
 		}
 		t, err := p.txn()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		ok, refreshed, err := c.commit(ctx, e.snap, t)
 		if err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 		if ok {
-			return p.got[4], p.got[6], nil
+			return p.got[4], p.got[6], false, nil
+		}
+		if e.cached {
+			c.logger.Debug("IPAM write from cached blocks lost a race, reading them again", "handle", args.HandleID)
+			return nil, nil, true, nil
 		}
 		e.setAffinities(refreshed[0])
 		// Blocks may have been claimed since the listing: list again
 		// if the retry needs a new block.
 		clear(e.blockKeys)
 		if err := retryAfter(ctx, attempt); err != nil {
-			return nil, nil, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
+			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 		c.logger.Debug("IPAM write lost a race, retrying", "handle", args.HandleID, "attempt", attempt+1)
 	}
+}
+
+// ownBlocksOnly reports whether the plan writes nothing but the handle
+// and blocks that existed, affine to the node: all an allocation from the
+// Cache may write.
+func (p *plan) ownBlocksOnly() bool {
+	if p.newCount > 0 || len(p.affPut) > 0 || len(p.affDel) > 0 {
+		return false
+	}
+	for key, b := range p.blocks {
+		if p.env.snap[key].rev == 0 || b.host() != p.env.node {
+			return false
+		}
+	}
+	return true
 }
 
 // replaceHandle releases what handle holds when e shows that it exists,
@@ -175,7 +221,7 @@ func (c *Client) replaceHandle(ctx context.Context, e *env, node, handle string)
 	if err := c.ReleaseByHandle(ctx, handle); err != nil {
 		return nil, err
 	}
-	return c.loadEnv(ctx, node, handle)
+	return c.loadEnv(ctx, node, false, handle)
 }
 
 // checkHolder validates a handle and node name for use in keys.
@@ -544,7 +590,7 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	if !ip.IsValid() {
 		return errors.New("assign: no address given")
 	}
-	e, err := c.loadEnv(ctx, args.Node, args.HandleID)
+	e, err := c.loadEnv(ctx, args.Node, false, args.HandleID)
 	if err != nil {
 		return fmt.Errorf("assign %s: %w", ip, err)
 	}

@@ -37,6 +37,8 @@ type Client struct {
 	logger *slog.Logger
 	// now is time.Now; tests pin it.
 	now func() time.Time
+	// cache, if set, is what allocations start from (see Cache).
+	cache *Cache
 }
 
 // New returns a Client on the IPAM store kv (a datastore.Store's IPAM()),
@@ -196,13 +198,23 @@ type env struct {
 	// blockKeys[v] is the set of IPv<v> block keys that existed at the last
 	// keys-only listing; nil until needed.
 	blockKeys map[int]map[string]bool
+	// cached: the config, affinities and blocks came from the Cache, and
+	// the handles were not read (taken as absent, which the handle's
+	// create checks).
+	cached bool
 }
 
 // loadEnv reads, concurrently, everything an allocation for node needs
 // before it can look at blocks: pools, reservations, the node's labels,
-// and the IPAM config, the node's affinities and the given handles.
-func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*env, error) {
+// and the IPAM config, the node's affinities and the given handles. With
+// fromCache, and a Cache that knows the node, the IPAM keys come from
+// the cache instead (env.cached).
+func (c *Client) loadEnv(ctx context.Context, node string, fromCache bool, handles ...string) (*env, error) {
 	e := &env{node: node, snap: snapshot{}, blockKeys: map[int]map[string]bool{}}
+	var cachedAffs []datastore.KeyValue
+	if fromCache && c.cache != nil && node != "" {
+		cachedAffs, e.cached = c.cache.nodeEnv(node, e.snap)
+	}
 	var (
 		wg                       sync.WaitGroup
 		poolErr, resErr, nodeErr error
@@ -228,6 +240,9 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	}()
 	go func() {
 		defer wg.Done()
+		if e.cached {
+			return
+		}
 		keys := []string{configKey}
 		for _, h := range handles {
 			keys = append(keys, HandleKey(h))
@@ -236,7 +251,9 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	}()
 	go func() {
 		defer wg.Done()
-		if node != "" {
+		if e.cached {
+			affs = cachedAffs
+		} else if node != "" {
 			affs, _, affErr = c.kv.List(ctx, nodeAffinityPrefix(node), false)
 		}
 	}()

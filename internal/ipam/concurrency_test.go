@@ -28,26 +28,51 @@ import (
 // loses, this is the test of that undo under real contention; it runs
 // fewer requests there (each write is a request, and a lost race costs
 // several), with small blocks so that claims race often.
+//
+// The cached cases are a node's agent (half the requests, sharing one
+// ipam.Cache per node) racing that node's plugin processes (the other
+// half) and the other nodes: allocations and releases from a cache that
+// other writers make stale at every turn.
 func TestConcurrentAllocation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hundreds of concurrent allocations")
 	}
 	for _, tc := range []struct {
 		b              backend
+		cached         bool
 		nodes, perNode int
 		pool           string
 		blockSize      int
 	}{
-		{etcdBinary, 3, 100, "10.30.0.0/24", 28}, // 16 blocks of 16
-		{kubeAPI, 4, 20, "10.30.0.0/26", 30},     // 16 blocks of 4
+		{etcdBinary, false, 3, 100, "10.30.0.0/24", 28}, // 16 blocks of 16
+		{kubeAPI, false, 4, 20, "10.30.0.0/26", 30},     // 16 blocks of 4
+		{etcdBinary, true, 3, 100, "10.30.0.0/24", 28},
+		{kubeAPI, true, 4, 20, "10.30.0.0/26", 30},
 	} {
-		t.Run(tc.b.name, func(t *testing.T) {
-			testConcurrentAllocation(t, tc.b.open(t), tc.nodes, tc.perNode, mustPrefix(tc.pool), tc.blockSize)
+		name := tc.b.name
+		if tc.cached {
+			name += "/cached"
+		}
+		t.Run(name, func(t *testing.T) {
+			testConcurrentAllocation(t, tc.b.open(t), tc.cached, tc.nodes, tc.perNode, mustPrefix(tc.pool), tc.blockSize)
 		})
 	}
 }
 
-func testConcurrentAllocation(t *testing.T, f *fixture, nodes, perNode int, pool netip.Prefix, blockSize int) {
+func testConcurrentAllocation(t *testing.T, f *fixture, cached bool, nodes, perNode int, pool netip.Prefix, blockSize int) {
+	caches := map[string]*ipam.Cache{}
+	for n := 1; n <= nodes; n++ {
+		caches[fmt.Sprintf("node%d", n)] = ipam.NewCache()
+	}
+	// client is the i-th request's client on node: with cached, every
+	// other one is the node's agent.
+	client := func(node string, i int) *ipam.Client {
+		c := ipam.New(f.kv, f.store, nil)
+		if cached && i%2 == 0 {
+			c.UseCache(caches[node])
+		}
+		return c
+	}
 	size := 1 << (32 - pool.Bits())
 	blockAddrs := 1 << (32 - blockSize)
 	blocks := size / blockAddrs
@@ -74,8 +99,7 @@ func testConcurrentAllocation(t *testing.T, f *fixture, nodes, perNode int, pool
 				defer wg.Done()
 				nodeName := fmt.Sprintf("node%d", n)
 				handle := fmt.Sprintf("k8s-pod-network.%s-%03d", nodeName, i)
-				c := ipam.New(f.kv, f.store, nil)
-				v4, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: nodeName})
+				v4, _, err := client(nodeName, i).AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: nodeName})
 				r := result{node: nodeName, handle: handle, err: err}
 				if err == nil {
 					r.addr = v4[0].Addr()
@@ -207,11 +231,11 @@ func testConcurrentAllocation(t *testing.T, f *fixture, nodes, perNode int, pool
 
 	// Release everything concurrently: IPAM is empty and clean.
 	var rwg sync.WaitGroup
-	for _, r := range ok {
+	for i, r := range ok {
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
-			if err := ipam.New(f.kv, f.store, nil).ReleaseByHandle(f.ctx, r.handle); err != nil {
+			if err := client(r.node, i).ReleaseByHandle(f.ctx, r.handle); err != nil {
 				t.Errorf("release %s: %v", r.handle, err)
 			}
 		}()

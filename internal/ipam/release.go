@@ -41,6 +41,9 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handleID string) error {
 			return fmt.Errorf("release handle %s: %w", handleID, err)
 		}
 		keys := blockKeysOf(h)
+		// Blocks the Cache holds are not read: the write is conditional
+		// on their revisions, and a lost race hands back current ones.
+		c.cache.fill(snap, snap.missing(keys))
 		if err := c.read(ctx, snap, snap.missing(keys)); err != nil {
 			return fmt.Errorf("release handle %s: %w", handleID, err)
 		}

@@ -140,7 +140,21 @@ func (k kvStore) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 		return datastore.TxnResult{}, k.err(err)
 	}
 	if resp.Succeeded {
-		return datastore.TxnResult{Succeeded: true}, nil
+		// Every key a transaction writes gets its revision.
+		res := datastore.TxnResult{Succeeded: true}
+		for i, op := range t.Ops {
+			switch op.Type {
+			case datastore.OpPut:
+				res.Written = append(res.Written, datastore.KeyValue{Key: op.Key, Value: op.Value, Rev: resp.Header.Revision})
+			case datastore.OpDelete:
+				res.Written = append(res.Written, datastore.KeyValue{Key: op.Key})
+			case datastore.OpCreateIfAbsent:
+				if inner := resp.Responses[i].GetResponseTxn(); inner != nil && inner.Succeeded {
+					res.Written = append(res.Written, datastore.KeyValue{Key: op.Key, Value: op.Value, Rev: resp.Header.Revision})
+				}
+			}
+		}
+		return res, nil
 	}
 	res := datastore.TxnResult{}
 	if inline {

@@ -93,10 +93,19 @@ func (k *ipamKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 			return k.failedOr(ctx, t, err)
 		}
 	}
-	for _, key := range confirms {
-		w.confirm(ctx, key)
+	res := datastore.TxnResult{Succeeded: true}
+	for _, key := range w.order {
+		if !slices.Contains(confirms, key) {
+			st := w.state[key]
+			res.Written = append(res.Written, datastore.KeyValue{Key: key, Value: st.value, Rev: st.rev})
+		}
 	}
-	return datastore.TxnResult{Succeeded: true}, nil
+	for _, key := range confirms {
+		if kv, ok := w.confirm(ctx, key); ok {
+			res.Written = append(res.Written, kv)
+		}
+	}
+	return res, nil
 }
 
 // failedOr reports a failed condition as Succeeded=false and returns any
@@ -175,11 +184,12 @@ func (w *txnWriter) plan(ops []datastore.Op) ([]datastore.Op, []string) {
 // rewrite did not show. An affinity that is not pending (confirmed, or
 // released since) is left as it is. What cannot be confirmed stays
 // pending, which IPAM confirms at the node's next use of the block.
-func (w *txnWriter) confirm(ctx context.Context, key string) {
+// It returns the affinity as it wrote it, ok false when it did not.
+func (w *txnWriter) confirm(ctx context.Context, key string) (written datastore.KeyValue, ok bool) {
 	ctx = context.WithoutCancel(ctx)
 	_, node, cidr, err := parseAffinityKey(key)
 	if err != nil {
-		return
+		return written, false
 	}
 	fail := func(err error) {
 		w.k.s.logger.Warn("could not confirm a claimed block's affinity", "key", key, "err", err)
@@ -188,46 +198,48 @@ func (w *txnWriter) confirm(ctx context.Context, key string) {
 		kv, err := w.k.read(ctx, key)
 		if err != nil {
 			fail(err)
-			return
+			return written, false
 		}
 		var v etcdAffinity
 		if kv.Rev != 0 && (json.Unmarshal(kv.Value, &v) != nil || v.State != ipamStatePending) {
-			return
+			return written, false
 		}
 		if kv.Rev == 0 {
 			b, err := w.k.read(ctx, blockKey(cidr))
 			if err != nil {
 				fail(err)
-				return
+				return written, false
 			}
 			var bv etcdBlock
 			if b.Rev == 0 || json.Unmarshal(b.Value, &bv) != nil || bv.Affinity == nil || *bv.Affinity != "host:"+node {
-				return
+				return written, false
 			}
 		}
 		v.State = ipamStateConfirmed
 		value, err := json.Marshal(v)
 		if err != nil {
-			return
+			return written, false
 		}
 		obj, err := encodeAffinity(key, value)
 		if err != nil {
 			fail(err)
-			return
+			return written, false
 		}
+		var rev int64
 		if kv.Rev == 0 {
-			_, err = w.k.createObject(ctx, ipamAffinities, obj)
+			rev, err = w.k.createObject(ctx, ipamAffinities, obj)
 		} else {
-			_, err = w.k.updateObject(ctx, ipamAffinities, obj, kv.Rev)
+			rev, err = w.k.updateObject(ctx, ipamAffinities, obj, kv.Rev)
 		}
 		if err == nil {
-			return
+			return datastore.KeyValue{Key: key, Value: value, Rev: rev}, true
 		}
 		if !lostRace(err) {
 			fail(err)
-			return
+			return written, false
 		}
 	}
+	return written, false
 }
 
 // deferConfirm returns the pending form of op when op confirms an

@@ -1,0 +1,167 @@
+package ipam_test
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/ipam"
+)
+
+// countingKV counts the requests an IPAM client makes.
+type countingKV struct {
+	datastore.KV
+	reads, txns atomic.Int64
+}
+
+func (k *countingKV) Get(ctx context.Context, keys ...string) ([]datastore.KeyValue, error) {
+	k.reads.Add(1)
+	return k.KV.Get(ctx, keys...)
+}
+
+func (k *countingKV) List(ctx context.Context, prefix string, keysOnly bool) ([]datastore.KeyValue, int64, error) {
+	k.reads.Add(1)
+	return k.KV.List(ctx, prefix, keysOnly)
+}
+
+func (k *countingKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult, error) {
+	k.txns.Add(1)
+	return k.KV.Txn(ctx, t)
+}
+
+// The agent's client allocates from its cache: once it has seen the
+// node's blocks, an allocation reads no IPAM key and writes once. When
+// another writer (a plugin process on the node) changed the block since,
+// the write conditional on the cached block loses, and the allocation
+// reads again and succeeds with an address nobody holds. A handle that
+// already exists (an ADD retried) is released first, as without the
+// cache. Releases through the agent keep the cache right for the next
+// allocation. Every address is held once and every handle matches its
+// block.
+func TestCachedAllocation(t *testing.T) {
+	forEachBackend(t, []backend{etcdBinary, kubeAPI}, func(t *testing.T, f *fixture) {
+		f.create(t, ippool("pool1", "10.31.0.0/24", 26), node("node1", nil))
+		kv := &countingKV{KV: f.kv}
+		agent := ipam.New(kv, f.store, nil).UseCache(ipam.NewCache())
+		assign := func(c *ipam.Client, handle string) netip.Addr {
+			t.Helper()
+			v4, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: "node1", Replace: true})
+			if err != nil || len(v4) != 1 {
+				t.Fatalf("AutoAssign(%s) = %v, %v", handle, v4, err)
+			}
+			return v4[0].Addr()
+		}
+		held := map[netip.Addr]string{}
+		hold := func(a netip.Addr, handle string) {
+			t.Helper()
+			if prev, dup := held[a]; dup {
+				t.Fatalf("%s handed out twice: to %s and %s", a, prev, handle)
+			}
+			held[a] = handle
+		}
+
+		hold(assign(agent, "k8s-pod-network.a1"), "k8s-pod-network.a1") // claims the block, fills the cache
+		kv.reads.Store(0)
+		kv.txns.Store(0)
+		a2 := assign(agent, "k8s-pod-network.a2")
+		hold(a2, "k8s-pod-network.a2")
+		if r, w := kv.reads.Load(), kv.txns.Load(); r != 0 || w != 1 {
+			t.Errorf("allocation from the cache made %d IPAM reads and %d writes, want 0 and 1", r, w)
+		}
+
+		// A plugin process allocates in the block behind the agent's back.
+		hold(f.assign4(t, "node1", "k8s-pod-network.p1"), "k8s-pod-network.p1")
+		kv.txns.Store(0)
+		hold(assign(agent, "k8s-pod-network.a3"), "k8s-pod-network.a3")
+		if w := kv.txns.Load(); w != 2 {
+			t.Errorf("allocation from a stale cache made %d writes, want 2 (the lost conditional write, then the one from fresh reads)", w)
+		}
+
+		// An earlier ADD of the same container left its handle holding an
+		// address: the agent's allocation replaces it.
+		old := f.assign4(t, "node1", "k8s-pod-network.retried")
+		now := assign(agent, "k8s-pod-network.retried")
+		hold(now, "k8s-pod-network.retried")
+		if ips, err := agent.IPsByHandle(f.ctx, "k8s-pod-network.retried"); err != nil || !slices.Equal(ips, []netip.Addr{now}) {
+			t.Errorf("retried handle holds %v (%v), want only %s (the earlier %s released)", ips, err, now, old)
+		}
+
+		// A release through the agent, then allocations from the cache.
+		if err := agent.ReleaseByHandle(f.ctx, "k8s-pod-network.a2"); err != nil {
+			t.Fatal(err)
+		}
+		delete(held, a2)
+		kv.reads.Store(0)
+		kv.txns.Store(0)
+		hold(assign(agent, "k8s-pod-network.a4"), "k8s-pod-network.a4")
+		if r, w := kv.reads.Load(), kv.txns.Load(); r != 0 || w != 1 {
+			t.Errorf("allocation after the agent's release made %d IPAM reads and %d writes, want 0 and 1", r, w)
+		}
+
+		checkHeld(t, f, held)
+	})
+}
+
+// Concurrent allocations through agents sharing one cache, and plugin
+// processes beside them, on one node: no address twice, every handle
+// consistent with its block.
+func TestCachedConcurrentAllocation(t *testing.T) {
+	forEachBackend(t, []backend{etcdBinary, kubeAPI}, func(t *testing.T, f *fixture) {
+		f.create(t, ippool("pool1", "10.32.0.0/24", 28), node("node1", nil))
+		cache := ipam.NewCache()
+		const n = 24
+		var (
+			mu   sync.Mutex
+			held = map[netip.Addr]string{}
+			wg   sync.WaitGroup
+		)
+		for i := range n {
+			wg.Go(func() {
+				c := ipam.New(f.kv, f.store, nil)
+				if i%3 != 0 {
+					c.UseCache(cache)
+				}
+				handle := "k8s-pod-network.c" + string(rune('a'+i))
+				v4, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: "node1", Replace: true})
+				if err != nil || len(v4) != 1 {
+					t.Errorf("AutoAssign(%s) = %v, %v", handle, v4, err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if prev, dup := held[v4[0].Addr()]; dup {
+					t.Errorf("%s handed out twice: to %s and %s", v4[0].Addr(), prev, handle)
+				}
+				held[v4[0].Addr()] = handle
+			})
+		}
+		wg.Wait()
+		checkHeld(t, f, held)
+	})
+}
+
+// checkHeld: the blocks hold exactly the addresses in held, each for its
+// handle, and no handle disagrees with its blocks.
+func checkHeld(t *testing.T, f *fixture, held map[netip.Addr]string) {
+	t.Helper()
+	rep, err := f.c.Check(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a, h := range held {
+		if al := rep.Allocations[a.String()]; len(al) != 1 || al[0].Handle != h {
+			t.Errorf("%s: stored allocations %+v, want one held by %s", a, al, h)
+		}
+	}
+	if len(rep.Allocations) != len(held) {
+		t.Errorf("%d addresses allocated in the blocks, %d handed out", len(rep.Allocations), len(held))
+	}
+	if len(rep.LeakedHandles)+len(rep.MissingHandles) != 0 {
+		t.Errorf("handles without addresses %v, addresses without handle %v", rep.LeakedHandles, rep.MissingHandles)
+	}
+	handlesMatchBlocks(t, f)
+}
