@@ -73,8 +73,9 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 		attrs["pod"] = inv.k8s.pod
 	}
 
-	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
-	defer unlock()
+	// The node's IPAM lock: AutoAssign holds it around its datastore
+	// work (in the agent, once for all the ADDs queued for it together).
+	lock := func() func() { return lockIPAM(inv.conf.ipamLockFile(), inv.logger) }
 	release := func(why string) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		defer cancel()
@@ -84,6 +85,8 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 	}
 
 	if len(req.ips) > 0 {
+		unlock := lock()
+		defer unlock()
 		var out []netip.Prefix
 		for i, ip := range req.ips {
 			err := client.AssignIP(ctx, ipam.AssignIPArgs{IP: ip, HandleID: handle, Node: inv.node, Attrs: attrs, Replace: i == 0})
@@ -108,15 +111,20 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 		Attrs:           attrs,
 		NamespaceLabels: nsLabels,
 		Replace:         true,
+		Lock:            lock,
 	})
 	if err != nil {
 		if isUnavailable(err) {
+			unlock := lock()
 			release("etcd failed during the allocation")
+			unlock()
 		}
 		return nil, ipamError(fmt.Errorf("assign addresses for %s: %w", handle, err))
 	}
 	if len(v4) < req.num4 || len(v6) < req.num6 {
+		unlock := lock()
 		release("partial allocation")
+		unlock()
 		return nil, fmt.Errorf("assign addresses for %s: got %d IPv4 and %d IPv6, want %d and %d", handle, len(v4), len(v6), req.num4, req.num6)
 	}
 	return append(v4, v6...), nil

@@ -42,6 +42,12 @@ type AutoAssignArgs struct {
 	// so that the handle ends up with exactly this request's addresses.
 	// See replaceHandle.
 	Replace bool
+	// Lock, if set, takes the node's IPAM lock (which serialises the
+	// node's allocators) and returns its release: AutoAssign holds it
+	// around its datastore work. On a Client with a Cache, requests for
+	// one Node that wait for the lock together are allocated in one
+	// write under one hold of the first one's Lock (batch.go).
+	Lock func() (unlock func())
 }
 
 // AssignIPArgs is a request for one specific address.
@@ -82,15 +88,25 @@ func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []
 	if use == "" {
 		use = api.IPPoolAllowedUseWorkload
 	}
-	// With a Cache, the first attempt starts from it; anything it cannot
-	// vouch for starts again from fresh reads (see below).
-	fromCache := c.cache != nil
-	for {
+	if args.Lock != nil {
+		if c.cache != nil {
+			return c.autoAssignGrouped(ctx, args, use)
+		}
+		unlock := args.Lock()
+		defer unlock()
+	}
+	return c.assignAlone(ctx, args, use)
+}
+
+// assignAlone is AutoAssign on its own: with a Cache, the first attempt
+// starts from it; anything the cache cannot vouch for starts again from
+// fresh reads (see autoAssign).
+func (c *Client) assignAlone(ctx context.Context, args AutoAssignArgs, use api.IPPoolAllowedUse) ([]netip.Prefix, []netip.Prefix, error) {
+	for fromCache := c.cache != nil; ; fromCache = false {
 		v4, v6, retry, err := c.autoAssign(ctx, args, use, fromCache)
 		if !retry {
 			return v4, v6, err
 		}
-		fromCache = false
 	}
 }
 

@@ -38,11 +38,16 @@ type Cache struct {
 	// nodes holds the nodes whose affinities keys holds completely (from
 	// a list of the node's affinity prefix and the writes since).
 	nodes map[string]bool
+
+	// qmu guards queues: per node, the AutoAssign calls waiting for a
+	// batch (batch.go).
+	qmu    sync.Mutex
+	queues map[string]*nodeQueue
 }
 
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{keys: map[string]entry{}, nodes: map[string]bool{}}
+	return &Cache{keys: map[string]entry{}, nodes: map[string]bool{}, queues: map[string]*nodeQueue{}}
 }
 
 // UseCache makes c keep cache up to date and allocate from it (see

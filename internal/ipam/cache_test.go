@@ -2,11 +2,13 @@ package ipam_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
@@ -164,4 +166,87 @@ func checkHeld(t *testing.T, f *fixture, held map[netip.Addr]string) {
 		t.Errorf("handles without addresses %v, addresses without handle %v", rep.LeakedHandles, rep.MissingHandles)
 	}
 	handlesMatchBlocks(t, f)
+}
+
+// gate is a node's IPAM lock for AutoAssignArgs.Lock that the test holds
+// closed until the requests have queued behind it; taken counts its holds.
+type gate struct {
+	mu    sync.Mutex
+	taken atomic.Int64
+}
+
+func (g *gate) lock() func() {
+	g.mu.Lock()
+	g.taken.Add(1)
+	return g.mu.Unlock
+}
+
+// ADDs queued in the agent for one node are allocated together: eight
+// requests waiting for the node's lock take it once and write the block
+// once, each gets its own address, and handles and blocks agree. When a
+// plugin process changed the block while they waited, the batch's
+// conditional write loses and each request allocates alone from fresh
+// reads, still with an address nobody else holds; a request whose handle
+// exists already (a retried ADD) ends with only its new address.
+func TestGroupCommit(t *testing.T) {
+	forEachBackend(t, []backend{etcdBinary, kubeAPI}, func(t *testing.T, f *fixture) {
+		f.create(t, ippool("pool1", "10.33.0.0/24", 26), node("node1", nil))
+		kv := &countingKV{KV: f.kv}
+		agent := ipam.New(kv, f.store, nil).UseCache(ipam.NewCache())
+		g := &gate{}
+		held := map[netip.Addr]string{}
+		var mu sync.Mutex
+		// queue runs the requests for handles behind the closed gate
+		// while during runs, then opens it.
+		queue := func(handles []string, during func()) {
+			t.Helper()
+			unlock := g.lock()
+			var wg sync.WaitGroup
+			for _, h := range handles {
+				wg.Go(func() {
+					v4, _, err := agent.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: h, Node: "node1", Replace: true, Lock: g.lock})
+					if err != nil || len(v4) != 1 {
+						t.Errorf("AutoAssign(%s) = %v, %v", h, v4, err)
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if prev, dup := held[v4[0].Addr()]; dup {
+						t.Errorf("%s handed out twice: to %s and %s", v4[0].Addr(), prev, h)
+					}
+					held[v4[0].Addr()] = h
+				})
+			}
+			time.Sleep(300 * time.Millisecond) // all queue behind the gate
+			during()
+			unlock()
+			wg.Wait()
+		}
+		handles := func(prefix string, n int) []string {
+			var out []string
+			for i := range n {
+				out = append(out, fmt.Sprintf("k8s-pod-network.%s%d", prefix, i))
+			}
+			return out
+		}
+
+		queue(handles("warm", 1), func() {}) // claims the block, fills the cache
+		g.taken.Store(0)
+		kv.txns.Store(0)
+		queue(handles("a", 8), func() {})
+		if n, w := g.taken.Load(), kv.txns.Load(); n != 2 || w != 1 {
+			t.Errorf("8 queued requests took the lock %d times (the test's hold included) and wrote %d times, want 2 and 1", n, w)
+		}
+
+		// A plugin process allocates while they wait; one request is an
+		// ADD retried after one that left its handle.
+		old := f.assign4(t, "node1", "k8s-pod-network.retried")
+		queue(append(handles("b", 7), "k8s-pod-network.retried"), func() {
+			held[f.assign4(t, "node1", "k8s-pod-network.p1")] = "k8s-pod-network.p1"
+		})
+		if ips, err := agent.IPsByHandle(f.ctx, "k8s-pod-network.retried"); err != nil || len(ips) != 1 || ips[0] == old {
+			t.Errorf("retried handle holds %v (%v), want one address other than the earlier %s", ips, err, old)
+		}
+		checkHeld(t, f, held)
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 )
@@ -81,17 +82,30 @@ func (k *ipamKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 
 	w := &txnWriter{k: k, conds: conds, state: map[string]*txnKey{}}
 	ops, confirms := w.plan(t.Ops)
-	for i, op := range ops {
-		if k.beforeWrite != nil {
-			if err := k.beforeWrite(ctx, i, op.Key); err != nil {
-				w.undo(ctx)
-				return k.failedOr(ctx, t, err)
+	for i := 0; i < len(ops); {
+		// Handles created side by side (a batch of allocations, see
+		// package ipam), else one op.
+		n := w.handleCreates(ops[i:])
+		for j := i; j < i+max(n, 1); j++ {
+			if k.beforeWrite != nil {
+				if err := k.beforeWrite(ctx, j, ops[j].Key); err != nil {
+					w.undo(ctx)
+					return k.failedOr(ctx, t, err)
+				}
 			}
 		}
-		if err := w.apply(ctx, op); err != nil {
+		var err error
+		if n > 1 {
+			err = w.createAll(ctx, ops[i:i+n])
+		} else {
+			n = 1
+			err = w.apply(ctx, ops[i])
+		}
+		if err != nil {
 			w.undo(ctx)
 			return k.failedOr(ctx, t, err)
 		}
+		i += n
 	}
 	res := datastore.TxnResult{Succeeded: true}
 	for _, key := range w.order {
@@ -330,6 +344,63 @@ func (w *txnWriter) apply(ctx context.Context, op datastore.Op) error {
 			return fmt.Errorf("write %s: gave up after %d attempts, the last: %v", op.Key, unconditionalRetries, err)
 		}
 	}
+}
+
+// handleCreates is how many of ops, from the first, are creates of
+// distinct handles (a Put whose Cond says absent). They depend on nothing
+// but their own absence, and every subset of them is a state IPAM
+// understands (a handle that counts addresses no block holds for it yet,
+// as after a crash between a handle and its block), so they may be
+// written at once.
+func (w *txnWriter) handleCreates(ops []datastore.Op) int {
+	seen := map[string]bool{}
+	n := 0
+	for _, op := range ops {
+		c, ok := w.conds[op.Key]
+		if op.Type != datastore.OpPut || !ok || c.Rev != 0 || seen[op.Key] || w.state[op.Key] != nil {
+			break
+		}
+		if r, _, err := resourceOfKey(op.Key); err != nil || r != ipamHandles {
+			break
+		}
+		seen[op.Key] = true
+		n++
+	}
+	return n
+}
+
+// createAll makes the creates of handleCreates side by side, recording
+// each that succeeded (for the undo), and returns the first failure
+// (errCondFailed for a handle that exists).
+func (w *txnWriter) createAll(ctx context.Context, ops []datastore.Op) error {
+	revs := make([]int64, len(ops))
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	for i, op := range ops {
+		wg.Go(func() {
+			obj, err := ipamHandles.encode(op.Key, op.Value)
+			if err != nil {
+				errs[i] = fmt.Errorf("write %s: %w", op.Key, err)
+				return
+			}
+			revs[i], errs[i] = w.k.createObject(ctx, ipamHandles, obj)
+		})
+	}
+	wg.Wait()
+	var first error
+	for i, op := range ops {
+		switch err := errs[i]; {
+		case err == nil:
+			_, name, _ := resourceOfKey(op.Key)
+			w.record(op, ipamHandles, name, 0, nil, revs[i])
+		case first != nil:
+		case lostRace(err):
+			first = errCondFailed
+		default:
+			first = fmt.Errorf("write %s: %w", op.Key, err)
+		}
+	}
+	return first
 }
 
 // errSkip: the op had nothing to do.
