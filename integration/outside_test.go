@@ -12,8 +12,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
-	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,8 +148,9 @@ func TestKDDOutsideAPod(t *testing.T) {
 	if !strings.Contains(string(kc), c.URL) || !strings.Contains(string(kc), strings.TrimSpace(token)) {
 		t.Errorf("calico-kubeconfig lacks %s or the token:\n%s", c.URL, kc)
 	}
-	conf, err := libcni.ConfListFromFile(filepath.Join(confDir, "10-calico.conflist"))
-	if err != nil {
+	// kubelet's view: the conflist install-cni wrote, the plugins it
+	// installed.
+	if n.conf, err = libcni.ConfListFromFile(filepath.Join(confDir, "10-calico.conflist")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -166,32 +165,14 @@ func TestKDDOutsideAPod(t *testing.T) {
 			pod := "web-" + strings.ReplaceAll(tc.name, " ", "-")
 			n.createKubePod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: pod},
 				Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: "default", Containers: []corev1.Container{{Name: "c", Image: "none"}}}})
-			netNS, err := testutils.NewNS()
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := "ctr-" + pod
-			rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netNS.Path(), IfName: "eth0", Args: [][2]string{
-				{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", pod}, {"K8S_POD_INFRA_CONTAINER_ID", id}}}
-			cni := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(),
+			n.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(),
 				&envExec{Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}}, env: tc.env})
 			served := n.metric(t, `calico_cni_server_requests_total{result="served"}`)
-			r, err := cni.AddNetworkList(ctx, conf, rt)
-			t.Cleanup(func() {
-				if err := cni.DelNetworkList(context.Background(), conf, rt); err != nil {
-					t.Errorf("CNI DEL: %v", err)
-				}
-				netNS.Close()
-				testutils.UnmountNS(netNS)
-			})
+			added, err := n.cniAdd(t, "default", pod)
 			if err != nil {
 				t.Fatalf("CNI ADD with calico-node's RBAC: %v\nagent:\n%s", err, agent.Log.Tail(30))
 			}
-			res, err := types100.NewResultFromResult(r)
-			if err != nil || len(res.IPs) != 1 {
-				t.Fatalf("ADD result %v: %v", r, err)
-			}
-			ip := res.IPs[0].Address.IP.String() + "/32"
+			ip, id := added.ip+"/32", "ctr-"+pod // cniAdd's container ID
 			p, err := c.Client.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
