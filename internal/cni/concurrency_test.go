@@ -32,7 +32,8 @@ import (
 // server per node, as on a node where calico-node runs), each agent with
 // its one warm API server connection: 300 plugin processes each opening
 // their own would measure how long a small machine takes to start them,
-// not IPAM (the plugins' own datastore path is the etcd case's).
+// not IPAM (the plugins' own datastore path is the etcd case's; the
+// etcd case runs through agents too).
 func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 pods: not in -short")
@@ -44,6 +45,9 @@ func TestConcurrentAddsAcrossNodes(t *testing.T) {
 	}{
 		{datastore.TypeEtcd, func(t testing.TB) *env { return newEnv(t) }, false},
 		{datastore.TypeKubernetes, newKDDEnv, true},
+		// The agents' IPAM caches and batched allocations (ipam.Cache)
+		// on etcd too.
+		{datastore.TypeEtcd + "-agent", func(t testing.TB) *env { return newEnv(t) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testConcurrentAdds(t, tc.env(t), tc.viaAgent) })
 	}
