@@ -28,6 +28,8 @@
 // # API
 //
 //	func New(kv datastore.KV, store PoolSource, logger *slog.Logger) *Client
+//	func NewCache() *Cache
+//	func (c *Client) UseCache(*Cache) *Client     // the agent's: see "In the agent"
 //	func (c *Client) AutoAssign(ctx, AutoAssignArgs) (v4, v6 []netip.Prefix, err error) // /32 and /128
 //	func (c *Client) AssignIP(ctx, AssignIPArgs) error           // ErrAddressInUse, ErrNotInPool, ErrPoolDisabled
 //	func (c *Client) ReleaseByHandle(ctx, handleID string) error  // missing handle: nil
@@ -112,6 +114,35 @@
 // for it, so an allocation whose undo lost to another writer (who built
 // on the block) is counted again by the retry that writes that block.
 //
+// # In the agent: a cache and group commit
+//
+// The agent's CNI server keeps one Client per datastore on a Cache
+// (Client.UseCache): the node's affinities, its blocks and the IPAM
+// config as last read or written, with their revisions (each write's
+// revision comes back in datastore.TxnResult.Written). An allocation
+// then reads only pools, reservations and the Node, and writes the
+// handle, created conditional on its absence, and the block, conditional
+// on its cached revision: what was read under the node's lock before
+// (the IPAM keys, then the block) is not. The cache decides nothing: a
+// block another writer changed since fails the write, and so does a
+// handle that exists (a retried ADD, which Replace must release first);
+// the allocation then starts again from fresh reads. An allocation from
+// the cache may only write the node's own existing blocks; one that
+// needs a new block, a borrowed address or an affinity written goes to
+// fresh reads before writing anything, so a stale config or affinity
+// never matters. Nothing is watched: a change by another writer costs
+// one lost write.
+//
+// AutoAssign calls that name a Lock (the node's IPAM lock file) on a
+// Client with a Cache queue per node; the first leads a batch: one hold
+// of the lock, one read of pools, reservations and Node, every queued
+// request planned in turn on the same cached blocks, and one transaction
+// with each request's handle and the blocks (batch.go). The Kubernetes
+// KV creates those handles side by side, so a batch costs three API
+// round trips under the lock however many ADDs it holds. A request the
+// batch cannot serve, or all of them when its write lost, allocates
+// alone from fresh reads, as without a cache.
+//
 // Claiming a block on etcd writes the block with its affinity and a
 // confirmed affinity key atomically. On the Kubernetes API the KV writes a
 // pending affinity, then the block, then confirms, as Calico's Kubernetes
@@ -123,6 +154,7 @@
 // # Thread safety
 //
 // A Client is safe for concurrent use; it holds no mutable state beyond
-// its configuration. Concurrent operations on one Client race through the
-// datastore exactly as separate processes do.
+// its configuration and its Cache, which is guarded and may be shared by
+// the Clients of one datastore. Concurrent operations on one Client race
+// through the datastore exactly as separate processes do.
 package ipam

@@ -28,7 +28,8 @@ const unconditionalRetries = 10
 //     exists, an update a PUT at the Cond's resourceVersion, a delete a
 //     DELETE with that resourceVersion as precondition; OpCreateIfAbsent
 //     is a POST that tolerates an existing object; an Op without a Cond
-//     is a read-modify-write of whatever is stored;
+//     is a read-modify-write of whatever is stored; a run of creates of
+//     handles is written side by side (handleCreates);
 //  3. when a write fails, the writes before it are undone in reverse
 //     order, each conditional on the resourceVersion this Txn left (an
 //     object created is deleted, one updated gets the Cond's Value back,
