@@ -9,8 +9,8 @@ import (
 )
 
 // Cache is a long-lived process's memory of the IPAM keys it last read
-// or wrote: blocks, block affinities and the IPAM config, each with its
-// revision. A Client using one (UseCache) starts an allocation for a node
+// or wrote: blocks, block affinities, handles and the IPAM config, each
+// with its revision. A Client using one (UseCache) starts an allocation for a node
 // from what the cache holds of the node's affinities and blocks instead of
 // reading them, which on the Kubernetes datastore saves two of the four
 // API round trips made under the node's IPAM lock (the IPAM keys' reads
@@ -58,10 +58,11 @@ func (c *Client) UseCache(cache *Cache) *Client {
 	return c
 }
 
-// cacheable reports the keys a Cache holds: not handles, which change
-// with every pod and are read by nobody but their pod's ADD and DEL.
+// cacheable reports the keys a Cache holds: all of IPAM's. Handles come
+// and go with the node's pods: the one an ADD created is what its DEL
+// releases, without reading it.
 func cacheable(key string) bool {
-	return key == configKey || strings.HasPrefix(key, blockPrefix) || strings.HasPrefix(key, hostPrefix)
+	return strings.HasPrefix(key, Prefix)
 }
 
 // put records kv as read or written, unless the cache holds a later

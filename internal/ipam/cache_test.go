@@ -41,8 +41,9 @@ func (k *countingKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnRes
 // the write conditional on the cached block loses, and the allocation
 // reads again and succeeds with an address nobody holds. A handle that
 // already exists (an ADD retried) is released first, as without the
-// cache. Releases through the agent keep the cache right for the next
-// allocation. Every address is held once and every handle matches its
+// cache. A release through the agent of a handle it created reads
+// nothing either, and keeps the cache right for the next allocation.
+// Every address is held once and every handle matches its
 // block.
 func TestCachedAllocation(t *testing.T) {
 	forEachBackend(t, []backend{etcdBinary, kubeAPI}, func(t *testing.T, f *fixture) {
@@ -92,9 +93,15 @@ func TestCachedAllocation(t *testing.T) {
 			t.Errorf("retried handle holds %v (%v), want only %s (the earlier %s released)", ips, err, now, old)
 		}
 
-		// A release through the agent, then allocations from the cache.
+		// A release through the agent (of the handle its allocation
+		// created: nothing to read), then allocations from the cache.
+		kv.reads.Store(0)
+		kv.txns.Store(0)
 		if err := agent.ReleaseByHandle(f.ctx, "k8s-pod-network.a2"); err != nil {
 			t.Fatal(err)
+		}
+		if r, w := kv.reads.Load(), kv.txns.Load(); r != 0 || w != 1 {
+			t.Errorf("release from the cache made %d IPAM reads and %d writes, want 0 and 1", r, w)
 		}
 		delete(held, a2)
 		kv.reads.Store(0)

@@ -28,7 +28,11 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handleID string) error {
 	}
 	hkey := HandleKey(handleID)
 	snap := snapshot{}
-	if err := c.read(ctx, snap, []string{hkey}); err != nil {
+	// What the Cache holds (the handle its ADD created, the node's
+	// blocks) is not read: the writes are conditional on its revisions,
+	// and a lost race hands back current values.
+	c.cache.fill(snap, []string{hkey})
+	if err := c.read(ctx, snap, snap.missing([]string{hkey})); err != nil {
 		return fmt.Errorf("release handle %s: %w", handleID, err)
 	}
 	for attempt := 0; ; attempt++ {
@@ -41,8 +45,6 @@ func (c *Client) ReleaseByHandle(ctx context.Context, handleID string) error {
 			return fmt.Errorf("release handle %s: %w", handleID, err)
 		}
 		keys := blockKeysOf(h)
-		// Blocks the Cache holds are not read: the write is conditional
-		// on their revisions, and a lost race hands back current ones.
 		c.cache.fill(snap, snap.missing(keys))
 		if err := c.read(ctx, snap, snap.missing(keys)); err != nil {
 			return fmt.Errorf("release handle %s: %w", handleID, err)
