@@ -73,9 +73,9 @@ func (inv *invocation) calicoAssign(ctx context.Context, req ipamRequest, nsLabe
 		attrs["pod"] = inv.k8s.pod
 	}
 
-	// The node's IPAM lock: AutoAssign holds it around its datastore
-	// work (in the agent, once for all the ADDs queued for it together).
-	lock := func() func() { return lockIPAM(inv.conf.ipamLockFile(), inv.logger) }
+	// AutoAssign holds the node's IPAM lock around its datastore work
+	// (in the agent, once for all the ADDs queued for it together).
+	lock := inv.ipamLock
 	release := func(why string) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		defer cancel()
@@ -165,10 +165,8 @@ func (inv *invocation) calicoRelease(ctx context.Context, containerID string) er
 	client := inv.ipamClient(store)
 	ctx, cancel := context.WithTimeout(ctx, ipamTimeout)
 	defer cancel()
-	unlock := lockIPAM(inv.conf.ipamLockFile(), inv.logger)
-	defer unlock()
 	handle := handleID(inv.conf.Name, containerID)
-	if err := client.ReleaseByHandle(ctx, handle); err != nil {
+	if err := client.ReleaseHandle(ctx, inv.node, handle, inv.ipamLock); err != nil {
 		return ipamError(fmt.Errorf("release addresses of %s: %w", handle, err))
 	}
 	return nil
@@ -184,6 +182,11 @@ func ipamError(err error) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	}
 	return datastoreError(err)
+}
+
+// ipamLock takes the node's IPAM lock of the config (lockIPAM).
+func (inv *invocation) ipamLock() (unlock func()) {
+	return lockIPAM(inv.conf.ipamLockFile(), inv.logger)
 }
 
 // lockIPAM takes the node-wide IPAM lock Calico's plugins share

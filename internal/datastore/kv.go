@@ -37,8 +37,8 @@ type KV interface {
 	// package ipam). An affinity confirmed by a Txn that also writes a
 	// block is written pending in its place and confirmed after the rest,
 	// as Calico claims blocks on that datastore. Consecutive creates of
-	// handles (Ops whose Cond says absent) are written side by side: any
-	// subset of them is such a state.
+	// handles (Ops whose Cond says absent), or deletes of handles, are
+	// written side by side: any subset of them is such a state.
 	Txn(ctx context.Context, t Txn) (TxnResult, error)
 	// Watch streams the keys under prefix: a Reset with everything first,
 	// then every change, and a fresh Reset after any watch failure or

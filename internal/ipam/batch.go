@@ -27,11 +27,13 @@ import (
 // lock, as without a cache. Requests that arrive while a batch runs wait
 // for the next one, which the first of them leads.
 
-// batchReq is one queued AutoAssign.
+// batchReq is one queued AutoAssign, or with release set one queued
+// ReleaseHandle (of args.HandleID).
 type batchReq struct {
-	ctx  context.Context
-	args AutoAssignArgs
-	use  api.IPPoolAllowedUse
+	ctx     context.Context
+	args    AutoAssignArgs
+	use     api.IPPoolAllowedUse
+	release bool
 	// lead is closed when this request is to lead the next batch; done
 	// when a batch has its answer in res.
 	lead, done chan struct{}
@@ -54,7 +56,39 @@ type nodeQueue struct {
 
 // autoAssignGrouped is AutoAssign through the node's queue.
 func (c *Client) autoAssignGrouped(ctx context.Context, args AutoAssignArgs, use api.IPPoolAllowedUse) ([]netip.Prefix, []netip.Prefix, error) {
-	r := &batchReq{ctx: ctx, args: args, use: use, lead: make(chan struct{}), done: make(chan struct{})}
+	r := &batchReq{ctx: ctx, args: args, use: use}
+	if c.enqueue(r) {
+		return r.res.v4, r.res.v6, r.res.err
+	}
+	unlock := args.Lock()
+	defer unlock()
+	return c.assignAlone(ctx, args, use)
+}
+
+// ReleaseHandle is ReleaseByHandle for handleID on node, under lock (the
+// node's IPAM lock, as AutoAssignArgs.Lock). On a Client with a Cache it
+// queues with the node's allocations, and a batch releases it in the
+// same write as theirs: its blocks and handle as the cache holds them,
+// the handle deleted after the blocks.
+func (c *Client) ReleaseHandle(ctx context.Context, node, handleID string, lock func() (unlock func())) error {
+	handleID = sanitizeHandle(handleID)
+	if c.cache != nil && node != "" && handleID != "" {
+		r := &batchReq{ctx: ctx, args: AutoAssignArgs{HandleID: handleID, Node: node, Lock: lock}, release: true}
+		if c.enqueue(r) {
+			return r.res.err
+		}
+	}
+	unlock := lock()
+	defer unlock()
+	return c.ReleaseByHandle(ctx, handleID)
+}
+
+// enqueue queues r for its node's next batch, leads it if no other
+// request does, and waits for its answer. It reports false when the
+// batch left r to its caller.
+func (c *Client) enqueue(r *batchReq) bool {
+	r.lead, r.done = make(chan struct{}), make(chan struct{})
+	args := r.args
 	m := c.cache
 	m.qmu.Lock()
 	q := m.queues[args.Node]
@@ -72,20 +106,15 @@ func (c *Client) autoAssignGrouped(ctx context.Context, args AutoAssignArgs, use
 	select {
 	case <-r.done:
 	case <-r.lead:
-		c.leadBatch(args.Node, q, args.Lock)
+		c.leadBatch(q, args.Lock)
 		<-r.done
 	}
-	if !r.res.alone {
-		return r.res.v4, r.res.v6, r.res.err
-	}
-	unlock := args.Lock()
-	defer unlock()
-	return c.assignAlone(ctx, args, use)
+	return !r.res.alone
 }
 
 // leadBatch runs one batch of q's requests under lock, answers them, and
 // hands the lead to the first request queued since, if any.
-func (c *Client) leadBatch(node string, q *nodeQueue, lock func() func()) {
+func (c *Client) leadBatch(q *nodeQueue, lock func() func()) {
 	m := c.cache
 	unlock := lock()
 	m.qmu.Lock()
@@ -123,14 +152,37 @@ func (c *Client) runBatch(batch []*batchReq) {
 			defer cancel()
 		}
 	}
-	e, err := c.loadEnv(ctx, batch[0].args.Node, true)
-	if err != nil || !e.cached {
-		return
+	// Pools, reservations and the Node only when something is allocated.
+	loadPools := slices.ContainsFunc(batch, func(r *batchReq) bool { return !r.release })
+	var e *env
+	if loadPools {
+		var err error
+		if e, err = c.loadEnv(ctx, batch[0].args.Node, true); err != nil || !e.cached {
+			return
+		}
+	} else {
+		e = &env{node: batch[0].args.Node, snap: snapshot{}, blockKeys: map[int]map[string]bool{}}
+		if _, e.cached = c.cache.nodeEnv(e.node, e.snap); !e.cached {
+			return
+		}
 	}
+	// Releases first, then allocations on the blocks as they leave them.
 	blocks := map[string]*block{}
-	var plans []*plan
+	var released []string
 	var members []*batchReq
+	seen := map[string]bool{} // one request per handle in a batch
 	for _, r := range batch {
+		if r.release && !seen[r.args.HandleID] && c.releaseCached(e, r.args.HandleID, blocks) {
+			released = append(released, r.args.HandleID)
+			members = append(members, r)
+			seen[r.args.HandleID] = true
+		}
+	}
+	var plans []*plan
+	for _, r := range batch {
+		if r.release || seen[r.args.HandleID] {
+			continue
+		}
 		p, ok := c.planCached(ctx, e, r, blocks)
 		if !ok {
 			continue
@@ -138,11 +190,12 @@ func (c *Client) runBatch(batch []*batchReq) {
 		plans = append(plans, p)
 		members = append(members, r)
 		blocks = p.blocks
+		seen[r.args.HandleID] = true
 	}
-	if len(plans) == 0 {
+	if len(members) == 0 {
 		return
 	}
-	t, err := batchTxn(plans, blocks)
+	t, err := batchTxn(e.node, plans, blocks, released)
 	if err != nil {
 		return
 	}
@@ -155,7 +208,10 @@ func (c *Client) runBatch(batch []*batchReq) {
 			r.res = batchResult{err: fmt.Errorf("auto-assign for %s: %w", r.args.HandleID, err)}
 		}
 	case ok:
-		for i, r := range members {
+		for _, r := range members {
+			r.res = batchResult{}
+		}
+		for i, r := range members[len(released):] {
 			r.res = batchResult{v4: plans[i].got[4], v6: plans[i].got[6]}
 		}
 	default:
@@ -208,11 +264,48 @@ func (c *Client) planCached(ctx context.Context, e *env, r *batchReq, blocks map
 	return p, true
 }
 
+// releaseCached releases handle in blocks (copies of e's, the cache's)
+// when the cache holds the handle and its blocks, all the node's own,
+// and records the handle's revision in e.snap for its deletion. It
+// reports false, leaving blocks as they were, otherwise.
+func (c *Client) releaseCached(e *env, handle string, blocks map[string]*block) bool {
+	hkey := HandleKey(handle)
+	c.cache.fill(e.snap, []string{hkey})
+	he := e.snap[hkey]
+	if he.rev == 0 {
+		return false
+	}
+	h, err := decodeHandle(he)
+	if err != nil {
+		return false
+	}
+	keys := blockKeysOf(h)
+	work := map[string]*block{}
+	for _, key := range keys {
+		b := blocks[key]
+		if b == nil {
+			if b = c.snapBlock(e.snap, key); b == nil {
+				return false
+			}
+		} else if b, err = b.clone(); err != nil {
+			return false
+		}
+		if b.host() != e.node {
+			return false
+		}
+		b.releaseByHandle(b.ordinalsOf(handle))
+		work[key] = b
+	}
+	maps.Copy(blocks, work)
+	return true
+}
+
 // batchTxn is the Txn of a batch: each plan's handle, created (it is
-// conditional on its absence: the cache does not read handles), then
-// the blocks as the last plan left them, last (see plan.txn).
-func batchTxn(plans []*plan, blocks map[string]*block) (*txn, error) {
-	t := &txn{refresh: []string{nodeAffinityPrefix(plans[0].env.node)}}
+// conditional on its absence: the cache does not read handles), the
+// blocks as the releases and the last plan left them (see plan.txn), and
+// the released handles, deleted after their blocks (see ReleaseByHandle).
+func batchTxn(node string, plans []*plan, blocks map[string]*block, released []string) (*txn, error) {
+	t := &txn{refresh: []string{nodeAffinityPrefix(node)}}
 	for _, p := range plans {
 		h := handleValue{Block: map[string]int{}}
 		for _, b := range blocks {
@@ -228,6 +321,9 @@ func batchTxn(plans []*plan, blocks map[string]*block) (*txn, error) {
 			return nil, err
 		}
 		t.put(key, data)
+	}
+	for _, h := range released {
+		t.del(HandleKey(h))
 	}
 	return t, nil
 }

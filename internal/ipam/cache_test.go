@@ -190,7 +190,8 @@ func (g *gate) lock() func() {
 
 // ADDs queued in the agent for one node are allocated together: eight
 // requests waiting for the node's lock take it once and write the block
-// once, each gets its own address, and handles and blocks agree. When a
+// once, each gets its own address, and handles and blocks agree. DELs
+// queue with them: releases and allocations in one write. When a
 // plugin process changed the block while they waited, the batch's
 // conditional write loses and each request allocates alone from fresh
 // reads, still with an address nobody else holds; a request whose handle
@@ -203,12 +204,28 @@ func TestGroupCommit(t *testing.T) {
 		g := &gate{}
 		held := map[netip.Addr]string{}
 		var mu sync.Mutex
-		// queue runs the requests for handles behind the closed gate
-		// while during runs, then opens it.
-		queue := func(handles []string, during func()) {
+		// queue runs the allocations for handles, and the releases of
+		// release, behind the closed gate while during runs, then opens
+		// it.
+		queue := func(handles []string, during func(), release ...string) {
 			t.Helper()
 			unlock := g.lock()
 			var wg sync.WaitGroup
+			for _, h := range release {
+				wg.Go(func() {
+					if err := agent.ReleaseHandle(f.ctx, "node1", h, g.lock); err != nil {
+						t.Errorf("ReleaseHandle(%s): %v", h, err)
+						return
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					for a, holder := range held {
+						if holder == h {
+							delete(held, a)
+						}
+					}
+				})
+			}
 			for _, h := range handles {
 				wg.Go(func() {
 					v4, _, err := agent.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: h, Node: "node1", Replace: true, Lock: g.lock})
@@ -244,6 +261,18 @@ func TestGroupCommit(t *testing.T) {
 		if n, w := g.taken.Load(), kv.txns.Load(); n != 2 || w != 1 {
 			t.Errorf("8 queued requests took the lock %d times (the test's hold included) and wrote %d times, want 2 and 1", n, w)
 		}
+		// Releases (DELs) queue with allocations.
+		g.taken.Store(0)
+		kv.txns.Store(0)
+		kv.reads.Store(0)
+		queue(handles("c", 4), func() {}, handles("a", 8)...)
+		if n, w := g.taken.Load(), kv.txns.Load(); n != 2 || w != 1 {
+			t.Errorf("8 queued releases and 4 allocations took the lock %d times (the test's hold included) and wrote %d times, want 2 and 1", n, w)
+		}
+		if r := kv.reads.Load(); r != 0 {
+			t.Errorf("the batch read %d IPAM keys, want none (all cached)", r)
+		}
+		checkHeld(t, f, held)
 
 		// A plugin process allocates while they wait; one request is an
 		// ADD retried after one that left its handle.

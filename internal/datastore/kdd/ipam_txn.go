@@ -28,8 +28,8 @@ const unconditionalRetries = 10
 //     exists, an update a PUT at the Cond's resourceVersion, a delete a
 //     DELETE with that resourceVersion as precondition; OpCreateIfAbsent
 //     is a POST that tolerates an existing object; an Op without a Cond
-//     is a read-modify-write of whatever is stored; a run of creates of
-//     handles is written side by side (handleCreates);
+//     is a read-modify-write of whatever is stored; a run of creates, or
+//     of deletes, of handles is written side by side (handleRun);
 //  3. when a write fails, the writes before it are undone in reverse
 //     order, each conditional on the resourceVersion this Txn left (an
 //     object created is deleted, one updated gets the Cond's Value back,
@@ -84,9 +84,9 @@ func (k *ipamKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 	w := &txnWriter{k: k, conds: conds, state: map[string]*txnKey{}}
 	ops, confirms := w.plan(t.Ops)
 	for i := 0; i < len(ops); {
-		// Handles created side by side (a batch of allocations, see
-		// package ipam), else one op.
-		n := w.handleCreates(ops[i:])
+		// Handles created or deleted side by side (a batch of
+		// allocations and releases, see package ipam), else one op.
+		n := w.handleRun(ops[i:])
 		for j := i; j < i+max(n, 1); j++ {
 			if k.beforeWrite != nil {
 				if err := k.beforeWrite(ctx, j, ops[j].Key); err != nil {
@@ -97,7 +97,7 @@ func (k *ipamKV) Txn(ctx context.Context, t datastore.Txn) (datastore.TxnResult,
 		}
 		var err error
 		if n > 1 {
-			err = w.createAll(ctx, ops[i:i+n])
+			err = w.writeAll(ctx, ops[i:i+n])
 		} else {
 			n = 1
 			err = w.apply(ctx, ops[i])
@@ -347,18 +347,22 @@ func (w *txnWriter) apply(ctx context.Context, op datastore.Op) error {
 	}
 }
 
-// handleCreates is how many of ops, from the first, are creates of
-// distinct handles (a Put whose Cond says absent). They depend on nothing
-// but their own absence, and every subset of them is a state IPAM
-// understands (a handle that counts addresses no block holds for it yet,
-// as after a crash between a handle and its block), so they may be
-// written at once.
-func (w *txnWriter) handleCreates(ops []datastore.Op) int {
+// handleRun is how many of ops, from the first, are creates of distinct
+// handles (a Put whose Cond says absent), or deletes of distinct handles
+// (at the Cond's revision, whose value it has for the undo). Such writes
+// depend on nothing but their own handle, and every subset of them is a
+// state IPAM understands (a handle that counts addresses no block holds
+// for it yet, as after a crash between a handle and its block, or still
+// counts addresses its block released, as after a crash between a
+// release's block and its handle), so they may be written at once.
+func (w *txnWriter) handleRun(ops []datastore.Op) int {
 	seen := map[string]bool{}
 	n := 0
 	for _, op := range ops {
 		c, ok := w.conds[op.Key]
-		if op.Type != datastore.OpPut || !ok || c.Rev != 0 || seen[op.Key] || w.state[op.Key] != nil {
+		create := op.Type == datastore.OpPut && c.Rev == 0
+		del := op.Type == datastore.OpDelete && c.Rev != 0 && c.Value != nil
+		if !ok || (!create && !del) || op.Type != ops[0].Type || seen[op.Key] || w.state[op.Key] != nil {
 			break
 		}
 		if r, _, err := resourceOfKey(op.Key); err != nil || r != ipamHandles {
@@ -370,15 +374,20 @@ func (w *txnWriter) handleCreates(ops []datastore.Op) int {
 	return n
 }
 
-// createAll makes the creates of handleCreates side by side, recording
-// each that succeeded (for the undo), and returns the first failure
-// (errCondFailed for a handle that exists).
-func (w *txnWriter) createAll(ctx context.Context, ops []datastore.Op) error {
+// writeAll makes the writes of handleRun side by side, recording each
+// that succeeded (for the undo), and returns the first failure
+// (errCondFailed for a handle that exists, or changed).
+func (w *txnWriter) writeAll(ctx context.Context, ops []datastore.Op) error {
 	revs := make([]int64, len(ops))
 	errs := make([]error, len(ops))
 	var wg sync.WaitGroup
 	for i, op := range ops {
 		wg.Go(func() {
+			if op.Type == datastore.OpDelete {
+				_, name, _ := resourceOfKey(op.Key)
+				errs[i] = w.k.deleteObject(ctx, ipamHandles, name, strconv.FormatInt(w.conds[op.Key].Rev, 10))
+				return
+			}
 			obj, err := ipamHandles.encode(op.Key, op.Value)
 			if err != nil {
 				errs[i] = fmt.Errorf("write %s: %w", op.Key, err)
@@ -393,7 +402,8 @@ func (w *txnWriter) createAll(ctx context.Context, ops []datastore.Op) error {
 		switch err := errs[i]; {
 		case err == nil:
 			_, name, _ := resourceOfKey(op.Key)
-			w.record(op, ipamHandles, name, 0, nil, revs[i])
+			c := w.conds[op.Key]
+			w.record(op, ipamHandles, name, c.Rev, c.Value, revs[i])
 		case first != nil:
 		case lostRace(err):
 			first = errCondFailed
