@@ -33,6 +33,7 @@
 //	func (c *Client) AutoAssign(ctx, AutoAssignArgs) (v4, v6 []netip.Prefix, err error) // /32 and /128
 //	func (c *Client) AssignIP(ctx, AssignIPArgs) error           // ErrAddressInUse, ErrNotInPool, ErrPoolDisabled
 //	func (c *Client) ReleaseByHandle(ctx, handleID string) error  // missing handle: nil
+//	func (c *Client) ReleaseHandle(ctx, node, handleID string, lock func() func()) error // the same under the node's lock, batched with a Cache
 //	func (c *Client) ReleaseIPs(ctx, ips ...netip.Addr) (unallocated []netip.Addr, err error)
 //	func (c *Client) Release(ctx, opts ...ReleaseOptions) (unallocated []netip.Addr, err error)
 //	func (c *Client) IPsByHandle(ctx, handleID string) ([]netip.Addr, error)
@@ -133,15 +134,16 @@
 // never matters. Nothing is watched: a change by another writer costs
 // one lost write.
 //
-// AutoAssign calls that name a Lock (the node's IPAM lock file) on a
-// Client with a Cache queue per node; the first leads a batch: one hold
-// of the lock, one read of pools, reservations and Node, every queued
-// request planned in turn on the same cached blocks, and one transaction
-// with each request's handle and the blocks (batch.go). The Kubernetes
-// KV creates those handles side by side, so a batch costs three API
-// round trips under the lock however many ADDs it holds. A request the
-// batch cannot serve, or all of them when its write lost, allocates
-// alone from fresh reads, as without a cache.
+// AutoAssign calls that name a Lock (the node's IPAM lock file) and
+// ReleaseHandle calls on a Client with a Cache queue per node; the first
+// leads a batch: one hold of the lock, one read of pools, reservations
+// and Node, the releases, then every queued allocation planned in turn
+// on the same cached blocks, and one transaction with each allocation's
+// handle, the blocks, and the released handles' deletion (batch.go).
+// The Kubernetes KV writes those handles side by side, so a batch costs
+// three or four API round trips under the lock however many ADDs and
+// DELs it holds. A request the batch cannot serve, or all of them when
+// its write lost, runs alone from fresh reads, as without a cache.
 //
 // Claiming a block on etcd writes the block with its affinity and a
 // confirmed affinity key atomically. On the Kubernetes API the KV writes a
