@@ -127,22 +127,9 @@ func (c *Client) autoAssign(ctx context.Context, args AutoAssignArgs, use api.IP
 			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 		}
 	}
-	var fams []family
-	for _, f := range []struct {
-		v, n  int
-		pools []string
-	}{{4, args.Num4, args.IPv4Pools}, {6, args.Num6, args.IPv6Pools}} {
-		if f.n == 0 {
-			continue
-		}
-		pools, err := choosePools(e.pools, poolRequest{
-			version: f.v, requested: f.pools, use: use, node: args.Node,
-			nodeLabels: e.nodeLabels, nsLabels: args.NamespaceLabels,
-		})
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
-		}
-		fams = append(fams, family{version: f.v, n: f.n, pools: pools})
+	fams, err := families(e, args, use)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("auto-assign for %s: %w", args.HandleID, err)
 	}
 	maxBlocks := args.MaxBlocksPerHost
 	if m := e.cfg.MaxBlocksPerHost; m > 0 && (maxBlocks == 0 || m < maxBlocks) {
@@ -199,6 +186,29 @@ func (c *Client) autoAssign(ctx context.Context, args AutoAssignArgs, use api.IP
 		}
 		c.logger.Debug("IPAM write lost a race, retrying", "handle", args.HandleID, "attempt", attempt+1)
 	}
+}
+
+// families is the request of args for each IP version it asks for, with
+// the pools it may use.
+func families(e *env, args AutoAssignArgs, use api.IPPoolAllowedUse) ([]family, error) {
+	var fams []family
+	for _, f := range []struct {
+		v, n  int
+		pools []string
+	}{{4, args.Num4, args.IPv4Pools}, {6, args.Num6, args.IPv6Pools}} {
+		if f.n == 0 {
+			continue
+		}
+		pools, err := choosePools(e.pools, poolRequest{
+			version: f.v, requested: f.pools, use: use, node: args.Node,
+			nodeLabels: e.nodeLabels, nsLabels: args.NamespaceLabels,
+		})
+		if err != nil {
+			return nil, err
+		}
+		fams = append(fams, family{version: f.v, n: f.n, pools: pools})
+	}
+	return fams, nil
 }
 
 // ownBlocksOnly reports whether the plan writes nothing but the handle

@@ -240,21 +240,12 @@ func (c *Client) planCached(ctx context.Context, e *env, r *batchReq, blocks map
 		}
 		p.blocks[key] = cp
 	}
-	for _, f := range []struct {
-		v, n  int
-		pools []string
-	}{{4, args.Num4, args.IPv4Pools}, {6, args.Num6, args.IPv6Pools}} {
-		if f.n == 0 {
-			continue
-		}
-		pools, err := choosePools(e.pools, poolRequest{
-			version: f.v, requested: f.pools, use: r.use, node: args.Node,
-			nodeLabels: e.nodeLabels, nsLabels: args.NamespaceLabels,
-		})
-		if err != nil {
-			return nil, false
-		}
-		if err := c.planFamily(ctx, p, family{version: f.v, n: f.n, pools: pools}); err != nil {
+	fams, err := families(e, args, r.use)
+	if err != nil {
+		return nil, false
+	}
+	for _, f := range fams {
+		if err := c.planFamily(ctx, p, f); err != nil {
 			return nil, false
 		}
 	}

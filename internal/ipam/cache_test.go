@@ -58,13 +58,10 @@ func TestCachedAllocation(t *testing.T) {
 			}
 			return v4[0].Addr()
 		}
-		held := map[netip.Addr]string{}
+		book := &addrBook{}
 		hold := func(a netip.Addr, handle string) {
 			t.Helper()
-			if prev, dup := held[a]; dup {
-				t.Fatalf("%s handed out twice: to %s and %s", a, prev, handle)
-			}
-			held[a] = handle
+			book.add(t, handle, []netip.Prefix{netip.PrefixFrom(a, 32)}, nil)
 		}
 
 		hold(assign(agent, "k8s-pod-network.a1"), "k8s-pod-network.a1") // claims the block, fills the cache
@@ -103,7 +100,7 @@ func TestCachedAllocation(t *testing.T) {
 		if r, w := kv.reads.Load(), kv.txns.Load(); r != 0 || w != 1 {
 			t.Errorf("release from the cache made %d IPAM reads and %d writes, want 0 and 1", r, w)
 		}
-		delete(held, a2)
+		book.release("k8s-pod-network.a2")
 		kv.reads.Store(0)
 		kv.txns.Store(0)
 		hold(assign(agent, "k8s-pod-network.a4"), "k8s-pod-network.a4")
@@ -111,7 +108,7 @@ func TestCachedAllocation(t *testing.T) {
 			t.Errorf("allocation after the agent's release made %d IPAM reads and %d writes, want 0 and 1", r, w)
 		}
 
-		checkHeld(t, f, held)
+		checkHeld(t, f, book)
 	})
 }
 
@@ -123,11 +120,8 @@ func TestCachedConcurrentAllocation(t *testing.T) {
 		f.create(t, ippool("pool1", "10.32.0.0/24", 28), node("node1", nil))
 		cache := ipam.NewCache()
 		const n = 24
-		var (
-			mu   sync.Mutex
-			held = map[netip.Addr]string{}
-			wg   sync.WaitGroup
-		)
+		book := &addrBook{}
+		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
 				c := ipam.New(f.kv, f.store, nil)
@@ -136,27 +130,56 @@ func TestCachedConcurrentAllocation(t *testing.T) {
 				}
 				handle := "k8s-pod-network.c" + string(rune('a'+i))
 				v4, _, err := c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: handle, Node: "node1", Replace: true})
-				if err != nil || len(v4) != 1 {
-					t.Errorf("AutoAssign(%s) = %v, %v", handle, v4, err)
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if prev, dup := held[v4[0].Addr()]; dup {
-					t.Errorf("%s handed out twice: to %s and %s", v4[0].Addr(), prev, handle)
-				}
-				held[v4[0].Addr()] = handle
+				book.add(t, handle, v4, err)
 			})
 		}
 		wg.Wait()
-		checkHeld(t, f, held)
+		checkHeld(t, f, book)
 	})
 }
 
-// checkHeld: the blocks hold exactly the addresses in held, each for its
-// handle, and no handle disagrees with its blocks.
-func checkHeld(t *testing.T, f *fixture, held map[netip.Addr]string) {
+// addrBook is what allocations told their callers: address -> handle.
+type addrBook struct {
+	mu   sync.Mutex
+	held map[netip.Addr]string
+}
+
+// add records handle's allocation (v4, err of AutoAssign): one address,
+// held by nobody else.
+func (b *addrBook) add(t *testing.T, handle string, v4 []netip.Prefix, err error) {
 	t.Helper()
+	if err != nil || len(v4) != 1 {
+		t.Errorf("AutoAssign(%s) = %v, %v", handle, v4, err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held == nil {
+		b.held = map[netip.Addr]string{}
+	}
+	a := v4[0].Addr()
+	if prev, dup := b.held[a]; dup {
+		t.Errorf("%s handed out twice: to %s and %s", a, prev, handle)
+	}
+	b.held[a] = handle
+}
+
+// release forgets handle's addresses.
+func (b *addrBook) release(handle string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for a, h := range b.held {
+		if h == handle {
+			delete(b.held, a)
+		}
+	}
+}
+
+// checkHeld: the blocks hold exactly the addresses in book, each for its
+// handle, and no handle disagrees with its blocks.
+func checkHeld(t *testing.T, f *fixture, book *addrBook) {
+	t.Helper()
+	held := book.held
 	rep, err := f.c.Check(f.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -202,8 +225,7 @@ func TestGroupCommit(t *testing.T) {
 		kv := &countingKV{KV: f.kv}
 		agent := ipam.New(kv, f.store, nil).UseCache(ipam.NewCache())
 		g := &gate{}
-		held := map[netip.Addr]string{}
-		var mu sync.Mutex
+		book := &addrBook{}
 		// queue runs the allocations for handles, and the releases of
 		// release, behind the closed gate while during runs, then opens
 		// it.
@@ -217,28 +239,13 @@ func TestGroupCommit(t *testing.T) {
 						t.Errorf("ReleaseHandle(%s): %v", h, err)
 						return
 					}
-					mu.Lock()
-					defer mu.Unlock()
-					for a, holder := range held {
-						if holder == h {
-							delete(held, a)
-						}
-					}
+					book.release(h)
 				})
 			}
 			for _, h := range handles {
 				wg.Go(func() {
 					v4, _, err := agent.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, HandleID: h, Node: "node1", Replace: true, Lock: g.lock})
-					if err != nil || len(v4) != 1 {
-						t.Errorf("AutoAssign(%s) = %v, %v", h, v4, err)
-						return
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if prev, dup := held[v4[0].Addr()]; dup {
-						t.Errorf("%s handed out twice: to %s and %s", v4[0].Addr(), prev, h)
-					}
-					held[v4[0].Addr()] = h
+					book.add(t, h, v4, err)
 				})
 			}
 			time.Sleep(300 * time.Millisecond) // all queue behind the gate
@@ -272,17 +279,18 @@ func TestGroupCommit(t *testing.T) {
 		if r := kv.reads.Load(); r != 0 {
 			t.Errorf("the batch read %d IPAM keys, want none (all cached)", r)
 		}
-		checkHeld(t, f, held)
+		checkHeld(t, f, book)
 
 		// A plugin process allocates while they wait; one request is an
 		// ADD retried after one that left its handle.
 		old := f.assign4(t, "node1", "k8s-pod-network.retried")
 		queue(append(handles("b", 7), "k8s-pod-network.retried"), func() {
-			held[f.assign4(t, "node1", "k8s-pod-network.p1")] = "k8s-pod-network.p1"
+			a := f.assign4(t, "node1", "k8s-pod-network.p1")
+			book.add(t, "k8s-pod-network.p1", []netip.Prefix{netip.PrefixFrom(a, 32)}, nil)
 		})
 		if ips, err := agent.IPsByHandle(f.ctx, "k8s-pod-network.retried"); err != nil || len(ips) != 1 || ips[0] == old {
 			t.Errorf("retried handle holds %v (%v), want one address other than the earlier %s", ips, err, old)
 		}
-		checkHeld(t, f, held)
+		checkHeld(t, f, book)
 	})
 }
