@@ -264,7 +264,11 @@ func (p *planner) adverts(ctx context.Context, d bgp.Planned, sock string) {
 	fmt.Fprintf(p.w, "\n== BGP advertisements (AS %d, router ID %s)", d.Identity.AS, d.Identity.RouterID)
 	live, err := liveAdverts(ctx, sock, p.node)
 	if err != nil {
-		fmt.Fprintf(p.w, ": %d; no BGP speaker is reachable (%v): the list is what a speaker would advertise, not a diff\n", len(d.Adverts), err)
+		why := err.Error()
+		if errors.Is(err, bgp.ErrNotRunning) {
+			why = "no agent answers at " + sock
+		}
+		fmt.Fprintf(p.w, ": %d; no BGP speaker is reachable (%s): the list is what a speaker would advertise, not a diff\n", len(d.Adverts), why)
 		for _, a := range d.Adverts {
 			fmt.Fprintf(p.w, "  %s\n", advertText(a))
 		}

@@ -150,8 +150,8 @@ func TestPlan(t *testing.T) {
 		"calico-node plan for node n1",
 		"== iptables and ipsets, IPv4",
 		"== routes (protocol 80): in sync (2)",
-		"== BGP advertisements (AS 64512, router ID 192.0.2.1): 1; no BGP speaker is reachable (Calico process is not running.",
-		"the list is what a speaker would advertise, not a diff\n  10.66.0.0/26 next hop 192.0.2.1\n",
+		"== BGP advertisements (AS 64512, router ID 192.0.2.1): 1; no BGP speaker is reachable (no agent answers at " + filepath.Join(dir, "bgp.sock") +
+			"): the list is what a speaker would advertise, not a diff\n  10.66.0.0/26 next hop 192.0.2.1\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan of the programmed node lacks %q:\n%s", want, out)
