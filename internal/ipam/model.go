@@ -17,7 +17,7 @@ const (
 	// virtualPrefix holds the affinities of virtual hosts (Calico's
 	// AffinityTypeVirtual): /calico/ipam/v2/virtual/load-balancer/ipv4/block/...
 	virtualPrefix = Prefix + "virtual/"
-	blockPrefix  = Prefix + "assignment/"
+	blockPrefix   = Prefix + "assignment/"
 )
 
 // Affinity states a BlockAffinity goes through in Calico's claim protocol.
@@ -35,6 +35,9 @@ const (
 	AttrPod       = "pod"
 	AttrTimestamp = "timestamp"
 	AttrType      = "type"
+	// AttrService is the Service of a LoadBalancer address (Calico's
+	// LoadBalancer controller also sets namespace and type).
+	AttrService = "service"
 )
 
 // hostAffinityPrefix is the "host:" of a block's "affinity" field.

@@ -242,3 +242,48 @@ func sortAddrs(ips []string) {
 }
 
 func revString(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// VirtualAllocation is an address allocated in a block of a virtual host.
+type VirtualAllocation struct {
+	Addr   netip.Addr
+	Block  netip.Prefix
+	Handle string
+	// Attrs are the allocation's "secondary" attributes (Calico's
+	// LoadBalancer controller writes service, namespace, type and
+	// timestamp).
+	Attrs map[string]string
+}
+
+// LoadBalancerAllocations lists every address allocated in the blocks of
+// the virtual host LoadBalancerHost (affinity "virtual:load-balancer"),
+// sorted by address, IPv4 first: what Calico's LoadBalancer controller
+// tracks from its block syncer, read here in one listing of the blocks.
+func (c *Client) LoadBalancerAllocations(ctx context.Context) ([]VirtualAllocation, error) {
+	kvs, _, err := c.kv.List(ctx, blockPrefix, false)
+	if err != nil {
+		return nil, fmt.Errorf("list LoadBalancer allocations: %w", err)
+	}
+	var out []VirtualAllocation
+	for _, kv := range kvs {
+		if _, ok := parseBlockKey(kv.Key); !ok {
+			continue
+		}
+		b, err := decodeBlock(kv.Value)
+		if err != nil {
+			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
+			continue
+		}
+		if b.owner() != lbOwner {
+			continue
+		}
+		for ord := range b.v.Allocations {
+			at, ok := b.attrsOf(ord)
+			if !ok {
+				continue
+			}
+			out = append(out, VirtualAllocation{Addr: b.addr(ord), Block: b.cidr, Handle: b.handleOf(ord), Attrs: maps.Clone(at.Secondary)})
+		}
+	}
+	slices.SortFunc(out, func(a, b VirtualAllocation) int { return a.Addr.Compare(b.Addr) })
+	return out, nil
+}
