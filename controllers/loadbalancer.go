@@ -213,7 +213,9 @@ func planLB(svc *corev1.Service, req lbRequest, have []netip.Addr, pools []api.P
 	kept := map[int]bool{}
 	for _, a := range have {
 		v := ipVersionOf(a)
-		in := func(ps []netip.Prefix) bool { return slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q.Contains(a) }) }
+		in := func(ps []netip.Prefix) bool {
+			return slices.ContainsFunc(ps, func(q netip.Prefix) bool { return q.Contains(a) })
+		}
 		keep := want[v] && !kept[v]
 		switch {
 		case !keep:

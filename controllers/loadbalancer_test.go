@@ -128,7 +128,9 @@ func TestPlanLB(t *testing.T) {
 	auto := api.Pool{Name: "auto", CIDR: netip.MustParsePrefix("192.0.2.0/24"), AssignmentMode: api.AssignmentModeAutomatic}
 	pools := []api.Pool{manual, auto}
 	a := netip.MustParseAddr
-	dual := func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} }
+	dual := func(s *corev1.Service) {
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	}
 	tests := []struct {
 		name string
 		svc  *corev1.Service
