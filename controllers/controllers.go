@@ -358,6 +358,7 @@ func (c *Controllers) lead(ctx context.Context) {
 		}
 		runners = append(runners, r)
 	}
+	runners = append(runners, &profiler{src: src, log: c.log.With("controller", "profiler")})
 	if ec, ok := c.store.(EtcdClienter); ok && !c.kdd {
 		if client := ec.Etcd(); client != nil {
 			runners = append(runners, &compactor{client: client, src: src, log: c.log.With("controller", "compaction")})

@@ -67,10 +67,9 @@ func TestRunConfigFrom(t *testing.T) {
 		}(), false, runConfig{logLevel: slog.LevelDebug,
 			hep:        hepConfig{autoCreate: true, templates: []api.Template{{GenerateName: "t", InterfaceCIDRs: []string{"10.0.0.0/8"}}}},
 			reconcile:  map[string]time.Duration{Namespace: five, ServiceAccount: 0, WorkloadEndpoint: five, Policy: 30 * time.Second},
-			compaction: 0, leakGrace: time.Minute,
+			compaction: 0, leakGrace: time.Minute, profilePort: 6060,
 			ignored: []string{
 				"healthChecks: Disabled: calico-node's own /liveness and /readiness cover the controllers",
-				"debugProfilePort: 6060: no profiling server",
 			}}},
 		{"loadBalancer RequestedServicesOnly", func() *api.KubeControllersConfigurationSpec {
 			s := calicoDefaultKCC()
