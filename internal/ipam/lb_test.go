@@ -3,6 +3,7 @@ package ipam_test
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,6 +86,17 @@ func testLoadBalancer(t *testing.T, f *fixture) {
 	}
 	if len(r.BlocksOfMissingNodes) != 1 || r.BlocksOfMissingNodes[0].Node != "load-balancer" || r.BlocksOfMissingNodes[0].CIDR != netip.PrefixFrom(p, 26).Masked().String() {
 		t.Errorf("blocks of missing nodes %+v: want only the real node load-balancer's (it has no Node here)", r.BlocksOfMissingNodes)
+	}
+	// The Service's address is in use by it (calicoctl counts Services'
+	// addresses); those without service attributes are not.
+	if al := r.Allocations[a.String()]; len(al) != 1 || !al[0].InUse || !slices.Equal(al[0].Owners, []string{"Service(default/web)"}) || al[0].Node != "" {
+		t.Errorf("check: allocation of %s %+v: want in use by Service(default/web), no node", a, al)
+	}
+	if al := r.Allocations[req.String()]; len(al) != 1 || al[0].InUse {
+		t.Errorf("check: %s without service attributes %+v: want leaked", req, al)
+	}
+	if r.Stats.LoadBalancerServices != 1 {
+		t.Errorf("check: %d LoadBalancer services, want 1", r.Stats.LoadBalancerServices)
 	}
 	// Released by handle; the block stays the virtual host's.
 	if err := f.c.ReleaseByHandle(f.ctx, "lb-abc"); err != nil {
