@@ -282,7 +282,7 @@ type loadBalancerController struct {
 	services   corelisters.ServiceLister
 	namespaces corelisters.NamespaceLister
 	q          *queue
-	kick       chan struct{}
+	kick       kicker
 
 	// stale are handles to release per Service key: those of deleted
 	// Services and allocations whose Service has another UID now.
@@ -299,7 +299,7 @@ func newLoadBalancerController(c *Controllers, f *informers, src *kccSource, log
 	lb := &loadBalancerController{c: c, src: src, log: log,
 		services:   corelisters.NewServiceLister(svcs.GetIndexer()),
 		namespaces: corelisters.NewNamespaceLister(nss.GetIndexer()),
-		kick:       make(chan struct{}, 1), stale: map[string]map[string]bool{}, warned: map[string]string{}}
+		kick:       newKicker(), stale: map[string]map[string]bool{}, warned: map[string]string{}}
 	lb.q = c.newQueue(LoadBalancer, log, nil, lb.sync, lb.keys)
 	if _, err := svcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { lb.enqueue(obj) },
@@ -342,30 +342,18 @@ func (lb *loadBalancerController) takeStale(key string) []string {
 	return hs
 }
 
-func (lb *loadBalancerController) poke() {
-	select {
-	case lb.kick <- struct{}{}:
-	default:
-	}
-}
-
 // run runs the queue; IP pool and configuration changes bring a full
 // pass forward.
 func (lb *loadBalancerController) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	pools := lb.c.store.Watch(ctx, "IPPool", 0)
-	wg.Go(func() {
-		for range pools {
-			lb.poke()
-		}
-	})
+	lb.kick.pokeOnEvents(ctx, &wg, lb.c.store, "IPPool")
 	wg.Go(func() {
 		mode := api.AssignIPs("")
 		for {
 			rc, changed := lb.src.current()
 			if mode != "" && rc.assignIPs != mode {
-				lb.poke()
+				lb.kick.poke()
 			}
 			mode = rc.assignIPs
 			select {

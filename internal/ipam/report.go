@@ -105,19 +105,7 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 	if err != nil {
 		return nil, nil, fmt.Errorf("read IPAM data: %w", err)
 	}
-	var blocks []*block
-	for _, kv := range lists[0] {
-		if _, ok := parseBlockKey(kv.Key); !ok {
-			continue
-		}
-		b, err := decodeBlock(kv.Value)
-		if err != nil {
-			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
-			continue
-		}
-		blocks = append(blocks, b)
-	}
-	slices.SortFunc(blocks, func(a, b *block) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
+	blocks := c.decodeBlocks(lists[0])
 	handles := map[string]storedHandle{}
 	for _, kv := range lists[1] {
 		id, ok := parseHandleKey(kv.Key)
@@ -132,6 +120,25 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 		handles[id] = storedHandle{value: h, rev: kv.Rev}
 	}
 	return blocks, handles, nil
+}
+
+// decodeBlocks decodes the blocks among kvs, sorted by address (IPv4
+// first); other keys are skipped and unreadable blocks logged and skipped.
+func (c *Client) decodeBlocks(kvs []datastore.KeyValue) []*block {
+	var blocks []*block
+	for _, kv := range kvs {
+		if _, ok := parseBlockKey(kv.Key); !ok {
+			continue
+		}
+		b, err := decodeBlock(kv.Value)
+		if err != nil {
+			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
+			continue
+		}
+		blocks = append(blocks, b)
+	}
+	slices.SortFunc(blocks, func(a, b *block) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
+	return blocks
 }
 
 // AffineBlocks lists the blocks node has claimed (its affinity keys, in any
@@ -264,15 +271,7 @@ func (c *Client) LoadBalancerAllocations(ctx context.Context) ([]VirtualAllocati
 		return nil, fmt.Errorf("list LoadBalancer allocations: %w", err)
 	}
 	var out []VirtualAllocation
-	for _, kv := range kvs {
-		if _, ok := parseBlockKey(kv.Key); !ok {
-			continue
-		}
-		b, err := decodeBlock(kv.Value)
-		if err != nil {
-			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
-			continue
-		}
+	for _, b := range c.decodeBlocks(kvs) {
 		if b.owner() != lbOwner {
 			continue
 		}
