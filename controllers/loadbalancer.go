@@ -301,17 +301,32 @@ func newLoadBalancerController(c *Controllers, f *informers, src *kccSource, log
 		namespaces: corelisters.NewNamespaceLister(nss.GetIndexer()),
 		kick:       newKicker(), stale: map[string]map[string]bool{}, warned: map[string]string{}}
 	lb.q = c.newQueue(LoadBalancer, log, nil, lb.sync, lb.keys)
+	// Only LoadBalancer Services (before or after the change) concern the
+	// controller; anything else holding addresses is found by the full
+	// pass.
+	isLB := func(obj any) bool {
+		svc, ok := obj.(*corev1.Service)
+		return ok && svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+	}
 	if _, err := svcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { lb.enqueue(obj) },
-		UpdateFunc: func(_, obj any) { lb.enqueue(obj) },
+		AddFunc: func(obj any) {
+			if isLB(obj) {
+				lb.enqueue(obj)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if isLB(old) || isLB(obj) {
+				lb.enqueue(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if svc, ok := obj.(*corev1.Service); ok {
+			if svc, ok := obj.(*corev1.Service); ok && isLB(svc) {
 				lb.addStale(svc.Namespace+"/"+svc.Name, lbHandle(svc))
+				lb.enqueue(svc)
 			}
-			lb.enqueue(obj)
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("watch services: %w", err)
