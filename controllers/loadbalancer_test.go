@@ -366,6 +366,18 @@ func testLoadBalancer(t *testing.T, e *env) {
 		eventually(t, 30*time.Second, e.released(manual))
 	})
 
+	t.Run("a Service waiting for its pool is served when the pool comes", func(t *testing.T) {
+		create("late", withAnnotation(AnnotationIPv4Pools, `["198.18.0.0/24"]`))
+		eventually(t, 30*time.Second, func() error {
+			if !e.logged("level=WARN", `msg="LoadBalancer service not served"`, "service=apps/late") {
+				return fmt.Errorf("no warning that apps/late waits for its pool")
+			}
+			return nil
+		})
+		e.create(t, lbPool("lb-late", "198.18.0.0/24", api.AssignmentModeAutomatic))
+		served("late", "198.18.0.0/24")
+	})
+
 	t.Run("RequestedServicesOnly", func(t *testing.T) {
 		e.create(t, kcc(func(s *api.KubeControllersConfigurationSpec) {
 			s.Controllers.LoadBalancer = &api.LoadBalancerControllerConfig{AssignIPs: api.RequestedServicesOnly}
