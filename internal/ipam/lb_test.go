@@ -98,6 +98,20 @@ func testLoadBalancer(t *testing.T, f *fixture) {
 	if r.Stats.LoadBalancerServices != 1 {
 		t.Errorf("check: %d LoadBalancer services, want 1", r.Stats.LoadBalancerServices)
 	}
+	// Dual stack: one address of each family, both in the virtual host's
+	// blocks.
+	f.create(t, ippool("lb6", "fd00:50::/120", 124, lbOnly))
+	v4, v6, err := f.c.AutoAssign(f.ctx, ipam.AutoAssignArgs{Num4: 1, Num6: 1, HandleID: "lb-dual", Use: api.IPPoolAllowedUseLoadBalancer})
+	if err != nil || len(v4) != 1 || len(v6) != 1 {
+		t.Fatalf("dual-stack LoadBalancer AutoAssign = %v %v, %v", v4, v6, err)
+	}
+	blk6 := netip.PrefixFrom(v6[0].Addr(), 124).Masked()
+	if got := f.raw(t, "/calico/ipam/v2/virtual/load-balancer/ipv6/block/"+strings.Replace(blk6.String(), "/", "-", 1)); got == "" {
+		t.Errorf("no virtual affinity for the IPv6 LoadBalancer block %s", blk6)
+	}
+	if b := f.block(t, blk6); b.Affinity == nil || *b.Affinity != "virtual:load-balancer" {
+		t.Errorf("IPv6 block affinity %v, want virtual:load-balancer", b.Affinity)
+	}
 	// Released by handle; the block stays the virtual host's.
 	if err := f.c.ReleaseByHandle(f.ctx, "lb-abc"); err != nil {
 		t.Fatal(err)
