@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -17,6 +18,9 @@ import (
 	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 func lbService(name string, mod func(*corev1.Service)) *corev1.Service {
@@ -421,4 +425,51 @@ func testLoadBalancer(t *testing.T, e *env) {
 			t.Errorf("ipam check: %d problems: leaked %v, handles %v", n, r.Leaked(), r.LeakedHandles)
 		}
 	})
+}
+
+// TestLoadBalancerDualStack: a dual-stack Service gets one address of
+// each family, both released with it.
+func TestLoadBalancerDualStack(t *testing.T) {
+	kc := kubetest.Start(t, kubetest.WithAPIServerArgs("--service-cluster-ip-range=10.96.0.0/12,fd00:96::/112"))
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	e := envOn(t, ctx, kc, storetest.Etcd(t, ctx, srv.Endpoints))
+	lb6 := lbPool("lb6", "fd00:50::/120", api.AssignmentModeAutomatic)
+	lb6.Spec.BlockSize = 124
+	e.create(t, lbPool("lb4", "192.0.2.0/24", api.AssignmentModeAutomatic), lb6)
+	e.kube.CreateNamespace(t, "apps", nil)
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	s := lbService("dual", func(s *corev1.Service) {
+		s.UID = ""
+		s.Spec.IPFamilyPolicy = &policy
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	})
+	if _, err := e.kube.Client.CoreV1().Services("apps").Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, e.fastConfig("dual", LoadBalancer))
+	var ips []netip.Addr
+	eventually(t, 30*time.Second, func() error {
+		svc, err := e.kube.Client.CoreV1().Services("apps").Get(ctx, "dual", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ips = ips[:0]
+		for _, i := range svc.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(i.IP); err == nil {
+				ips = append(ips, a)
+			}
+		}
+		if len(ips) != 2 || !netip.MustParsePrefix("192.0.2.0/24").Contains(ips[0]) || !netip.MustParsePrefix("fd00:50::/120").Contains(ips[1]) {
+			return fmt.Errorf("ingress %v, want an IPv4 then an IPv6 LoadBalancer address", svc.Status.LoadBalancer.Ingress)
+		}
+		return nil
+	})
+	if err := e.kube.Client.CoreV1().Services("apps").Delete(ctx, "dual", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range ips {
+		eventually(t, 30*time.Second, e.released(a))
+	}
 }
