@@ -13,6 +13,8 @@
 //	proctest/   child processes: logs, Pdeathsig, stop by PID, metrics
 //	pkitest/    test certificate authorities and certificates
 //	polltest/   waiting for what happens asynchronously: poll until it holds
+//	scaletest/  what the scale harnesses share: fleets of agent processes
+//	            reporting lines, /proc and Prometheus measurements
 //	storetest/  the etcd and Kubernetes datastores opened on those servers
 //	testbin/    the calico-node binary the tests share (CALICO_NODE_BIN)
 //	testsum/    make test's report: go test -json in; failures, skips with
