@@ -4,6 +4,7 @@
 // imports them (make demo's program, integration/demo, which is not
 // shipped, writes its control plane's PKI with kubetest's).
 //
+//	errtest/    a table test's expected error checked in one line
 //	etcdtest/   real etcd servers: Debian's etcd-server, embedded, TLS
 //	goldentest/ golden files under testdata/, rewritten with -update
 //	kubetest/   a real kube-apiserver and kubelet node, built once from the
