@@ -1,7 +1,6 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -356,14 +355,4 @@ func (c *Cluster) Leader(ctx context.Context, cl *clientv3.Client) *Member {
 	return nil
 }
 
-func (m *Member) logTail() string {
-	data, err := os.ReadFile(m.logPath)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
+func (m *Member) logTail() string { return fileTail(m.logPath) }

@@ -359,8 +359,11 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 }
 
 // logTail returns the last lines of the server log for failure messages.
-func (s *Server) logTail() string {
-	data, err := os.ReadFile(s.logPath)
+func (s *Server) logTail() string { return fileTail(s.logPath) }
+
+// fileTail is the last 20 lines of the log at path.
+func fileTail(path string) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
