@@ -221,23 +221,7 @@ func (m *Member) waitReady() error {
 		return fmt.Errorf("client for %s: %w", m.ClientURL, err)
 	}
 	defer c.Close()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Get(ctx, "etcdtest-health")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return errors.New("etcd exited before becoming healthy")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd at %s not healthy after %s: %w", m.ClientURL, readyTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return waitRead(c, m.ClientURL, p.Done(), deadline)
 }
 
 // PID is the member's process ID, or 0 while it is not running.
