@@ -162,7 +162,8 @@ func TestPrecedence(t *testing.T) {
 	drop, on := "Drop", true
 	global := &api.FelixConfigurationSpec{DefaultEndpointToHostAction: drop, IPv6Support: &on}
 	node := &api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"}
-	cfg := policy.ConfigFromFelix(global, node, ov.Spec)
+	merged := Merge(global, node, ov.Spec)
+	cfg := policy.ConfigFromFelix(&merged)
 	if cfg.EndpointToHostAction != "ACCEPT" || cfg.IPv6 {
 		t.Errorf("merged config: endpoint-to-host %q, IPv6 %v; want ACCEPT and false", cfg.EndpointToHostAction, cfg.IPv6)
 	}
