@@ -5,10 +5,11 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // TestPoolCIDRParsedOnlyHere: no shipped (non-test) file outside this
@@ -21,7 +22,7 @@ import (
 // assigned from X.Spec (or &X.Spec) in the same function. Other CIDRs
 // (IPAM blocks, BGP filters, env vars) do not come from a .Spec field.
 func TestPoolCIDRParsedOnlyHere(t *testing.T) {
-	root := moduleRoot(t)
+	root := testbin.RepoRoot()
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -137,23 +138,4 @@ func isCIDRParser(fun ast.Expr) bool {
 		return true
 	}
 	return false
-}
-
-// moduleRoot is the folder holding go.mod, above the test's.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("no go.mod above the test's folder")
-		}
-		dir = up
-	}
 }
