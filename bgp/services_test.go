@@ -5,19 +5,18 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // TestServiceRoutes: which nodes advertise a Service's addresses one by
@@ -202,50 +201,19 @@ func TestServiceRanges(t *testing.T) {
 // namespace ns, so that an agent there uses the unchanged kubeconfig.
 func proxyAPIServer(t *testing.T, ns, addr string) {
 	t.Helper()
-	l := func() net.Listener {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
+	l, err := (&netnstest.NS{Name: ns}).Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Serve(t, l, func(c net.Conn) {
+		up, err := net.Dial("tcp", addr) // from the test's namespace, where the API server is
 		if err != nil {
-			t.Fatal(err)
+			return
 		}
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			t.Fatal(err)
-		}
-		l, lerr := net.Listen("tcp", addr)
-		if err := netns.Set(orig); err != nil {
-			panic("cannot return to the test's network namespace: " + err.Error()) // the thread stays locked and dies
-		}
-		runtime.UnlockOSThread()
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		return l
-	}()
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go io.Copy(up, c)
-				io.Copy(c, up)
-			}()
-		}
-	}()
+		defer up.Close()
+		go io.Copy(up, c)
+		io.Copy(c, up)
+	})
 }
 
 // birdPrefixes are the prefixes BIRD learned over its protocol proto.
