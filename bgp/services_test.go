@@ -2,8 +2,6 @@ package bgp
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
-	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // TestServiceRoutes: which nodes advertise a Service's addresses one by
@@ -196,26 +193,6 @@ func TestServiceRanges(t *testing.T) {
 	}
 }
 
-// proxyAPIServer makes the API server at addr (127.0.0.1:port of this
-// process's namespace) answer on the same address inside the network
-// namespace ns, so that an agent there uses the unchanged kubeconfig.
-func proxyAPIServer(t *testing.T, ns, addr string) {
-	t.Helper()
-	l, err := (&netnstest.NS{Name: ns}).Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	netnstest.Serve(t, l, func(c net.Conn) {
-		up, err := net.Dial("tcp", addr) // from the test's namespace, where the API server is
-		if err != nil {
-			return
-		}
-		defer up.Close()
-		go io.Copy(up, c)
-		io.Copy(c, up)
-	})
-}
-
 // birdPrefixes are the prefixes BIRD learned over its protocol proto.
 func birdPrefixes(t *testing.T, b *bird, proto string) []string {
 	t.Helper()
@@ -300,9 +277,10 @@ func TestBIRDServiceAdvertisement(t *testing.T) {
 
 	tor := f.host("tor", "192.0.2.1")
 	h1, h2 := f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
-	apiAddr := strings.TrimPrefix(kube.URL, "https://")
-	proxyAPIServer(t, h1.ns, apiAddr)
-	proxyAPIServer(t, h2.ns, apiAddr)
+	// The agents in the nodes' namespaces reach the API server at its own
+	// address, so that they use the unchanged kubeconfig.
+	kube.RelayInto(t, "/var/run/netns/"+h1.ns)
+	kube.RelayInto(t, "/var/run/netns/"+h2.ns)
 	b := f.bird(tor, `
 log stderr all;
 router id 192.0.2.1;
