@@ -234,7 +234,7 @@ func (p *plan) ownBlocksOnly() bool {
 		return false
 	}
 	for key, b := range p.blocks {
-		if p.env.snap[key].rev == 0 || b.host() != p.env.node {
+		if p.env.snap[key].rev == 0 || b.owner() != p.env.node {
 			return false
 		}
 	}

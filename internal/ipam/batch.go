@@ -281,7 +281,7 @@ func (c *Client) releaseCached(e *env, handle string, blocks map[string]*block) 
 		} else if b, err = b.clone(); err != nil {
 			return false
 		}
-		if b.host() != e.node {
+		if b.owner() != e.node {
 			return false
 		}
 		b.releaseByHandle(b.ordinalsOf(handle))

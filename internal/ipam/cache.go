@@ -105,11 +105,26 @@ func (m *Cache) listed(prefix string, kvs []datastore.KeyValue) {
 			delete(m.keys, key)
 		}
 	}
-	if rest, ok := strings.CutPrefix(prefix, hostPrefix); ok {
-		if node, ok := strings.CutSuffix(rest, "/"); ok && node != "" && !strings.Contains(node, "/") {
-			m.nodes[node] = true
-		}
+	if owner, ok := affinityPrefixOwner(prefix); ok {
+		m.nodes[owner] = true
 	}
+}
+
+// affinityPrefixOwner is the owner whose nodeAffinityPrefix prefix is.
+func affinityPrefixOwner(prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(prefix, hostPrefix)
+	virtual := ""
+	if !ok {
+		if rest, ok = strings.CutPrefix(prefix, virtualPrefix); !ok {
+			return "", false
+		}
+		virtual = virtualAffinityPrefix
+	}
+	owner, ok := strings.CutSuffix(rest, "/")
+	if !ok || owner == "" || strings.Contains(owner, "/") {
+		return "", false
+	}
+	return virtual + owner, true
 }
 
 // nodeEnv fills snap with what the cache holds for an allocation on node:
