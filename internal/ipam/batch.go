@@ -205,7 +205,11 @@ func (c *Client) runBatch(batch []*batchReq) {
 		// The write may have applied: the callers decide, as after a
 		// failed AutoAssign (they release the handle).
 		for _, r := range members {
-			r.res = batchResult{err: fmt.Errorf("auto-assign for %s: %w", r.args.HandleID, err)}
+			what := "auto-assign for"
+			if r.release {
+				what = "release handle"
+			}
+			r.res = batchResult{err: fmt.Errorf("%s %s: %w", what, r.args.HandleID, err)}
 		}
 	case ok:
 		for _, r := range members {
