@@ -87,7 +87,7 @@ func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)
 		mk, _ = allocMarks(0xffff0000)
 	}
-	rules := m.parseAllRules()
+	rules := m.parseAllRules(cc)
 	res := &Result{V4: compileFamily(4, cfg, mk, m, rules, cc)}
 	if cfg.IPv6 {
 		res.V6 = compileFamily(6, cfg, mk, m, rules, cc)
@@ -104,7 +104,10 @@ type parsedRules struct {
 	sets                  map[string]*setDef
 }
 
-func (m *model) parseAllRules() *parsedRules {
+// parseAllRules parses the rules of every policy and profile a local
+// endpoint uses; cc, if set, keeps each policy's parse across
+// compilations (see policyCache).
+func (m *model) parseAllRules(cc *chainCache) *parsedRules {
 	pr := &parsedRules{
 		policyIn: map[*policyInfo][]*parsedRule{}, policyOut: map[*policyInfo][]*parsedRule{},
 		profileIn: map[string][]*parsedRule{}, profileOut: map[string][]*parsedRule{},
@@ -151,8 +154,30 @@ func (m *model) parseAllRules() *parsedRules {
 			if p.namespace != "" {
 				kind = "NetworkPolicy "
 			}
-			pr.policyIn[p] = parse(kind+p.key+" ingress", p.inRules, p.namespace)
-			pr.policyOut[p] = parse(kind+p.key+" egress", p.outRules, p.namespace)
+			if cc == nil {
+				pr.policyIn[p] = parse(kind+p.key+" ingress", p.inRules, p.namespace)
+				pr.policyOut[p] = parse(kind+p.key+" egress", p.outRules, p.namespace)
+				continue
+			}
+			e := cc.policy(p)
+			if !e.parsed {
+				// Not parsed yet: what it adds to the problems and the
+				// sets is kept with it, to be added again on a hit.
+				from := len(m.problems)
+				e.parsed = true
+				e.in = parse(kind+p.key+" ingress", p.inRules, p.namespace)
+				e.out = parse(kind+p.key+" egress", p.outRules, p.namespace)
+				e.problems = slices.Clone(m.problems[from:])
+				e.sets = ruleSets(e.in, e.out)
+			} else {
+				m.problems = append(m.problems, e.problems...)
+				for _, d := range e.sets {
+					if _, ok := pr.sets[d.id]; !ok {
+						pr.sets[d.id] = d
+					}
+				}
+			}
+			pr.policyIn[p], pr.policyOut[p] = e.in, e.out
 		}
 	}
 	names := make([]string, 0, len(usedProf))

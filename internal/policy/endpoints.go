@@ -240,16 +240,40 @@ func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
 	}
 	for r := range tb.used {
 		p := r.pol
-		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: r.inbound}
+		name := policyChain(pfxPolicyOut, p.tier, p.key)
 		if r.inbound {
-			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)})
-		} else {
-			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)})
+			name = policyChain(pfxPolicyIn, p.tier, p.key)
 		}
+		out = append(out, Chain{Name: name, Rules: c.policyRules(p, r.inbound, pr)})
 	}
 	return out
+}
+
+// policyRules renders the chain of p in one direction; with a cache,
+// once for as long as p's rules stay the same.
+func (c *famCompiler) policyRules(p *policyInfo, inbound bool, pr *parsedRules) []Rule {
+	render := func() []Rule {
+		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: inbound}
+		if inbound {
+			return c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)
+		}
+		return c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)
+	}
+	if c.cache == nil {
+		return render()
+	}
+	// parseAllRules made the entry in this compilation.
+	e := c.cache.pols[policyID{p.key, p.namespace, p.tier}]
+	if e == nil {
+		return render()
+	}
+	k := renderKey{c.version, c.cfg.DenyAction, inbound}
+	rules, ok := e.rendered[k]
+	if !ok {
+		rules = render()
+		e.rendered[k] = rules
+	}
+	return rules
 }
 
 // groupPolicies splits a tier's policies into runs with the same selector:

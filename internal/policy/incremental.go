@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
 	"reflect"
 	"slices"
 	"strconv"
@@ -41,7 +43,7 @@ func (ic *Compiler) Compile(s *Snapshot) *Result {
 	cfg := s.Config.withDefaults()
 	if !ic.valid || !reflect.DeepEqual(cfg, ic.cfg) {
 		ic.cfg, ic.valid = cfg, true
-		ic.cache = &chainCache{cur: map[string][]Rule{}}
+		ic.cache = newChainCache()
 		ic.match = newMatchCache()
 	}
 	res := compile(s, ic.cache, ic.match)
@@ -56,6 +58,80 @@ func (ic *Compiler) Compile(s *Snapshot) *Result {
 type chainCache struct {
 	prev, cur map[string][]Rule
 	buf       strings.Builder
+	// pols, prevPols keep each policy's parsed rules and rendered
+	// chains (policyCache), generationally as above.
+	pols, prevPols map[policyID]*policyEntry
+}
+
+func newChainCache() *chainCache {
+	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{}}
+}
+
+// policyID names a policy's cache entry: the parse depends on its
+// namespace, and the rendered chains on its key and tier (their comments,
+// origins and log prefixes).
+type policyID struct{ key, namespace, tier string }
+
+// policyEntry is one policy's parsed rules and its rendered chains, valid
+// while its rules are the very slices they were made from. Snapshots are
+// never modified in place (confwatch decodes each update into a new
+// object; the Compiler's contract), so a changed policy has new rule
+// slices, and the entry holds the old ones so that their memory cannot
+// be reused for a new policy's rules while it is kept.
+type policyEntry struct {
+	inSrc, outSrc []api.Rule
+	parsed        bool
+	in, out       []*parsedRule
+	// problems are what parsing reported, in order; sets the IP set
+	// definitions the parsed rules use.
+	problems []string
+	sets     []*setDef
+	rendered map[renderKey][]Rule
+}
+
+// renderKey is what a policy chain's rendering depends on besides the
+// policy and the cache's configuration: the family, the deny action
+// (DROP outside the filter table) and the direction.
+type renderKey struct {
+	version int
+	deny    string
+	inbound bool
+}
+
+// policy returns p's entry, a fresh one when p's rules are not those the
+// kept entry was made from.
+func (cc *chainCache) policy(p *policyInfo) *policyEntry {
+	id := policyID{p.key, p.namespace, p.tier}
+	e := cc.pols[id]
+	if e == nil {
+		e = cc.prevPols[id]
+	}
+	if e == nil || !sameRules(e.inSrc, p.inRules) || !sameRules(e.outSrc, p.outRules) {
+		e = &policyEntry{inSrc: p.inRules, outSrc: p.outRules, rendered: map[renderKey][]Rule{}}
+	}
+	cc.pols[id] = e
+	return e
+}
+
+// sameRules reports whether a and b are the same slice (not merely equal
+// ones).
+func sameRules(a, b []api.Rule) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// ruleSets are the IP set definitions the rules use.
+func ruleSets(lists ...[]*parsedRule) []*setDef {
+	var out []*setDef
+	for _, rules := range lists {
+		for _, r := range rules {
+			for _, sd := range []*side{&r.src, &r.dst} {
+				for _, ds := range [][]*setDef{sd.sets, sd.notSets, sd.namedSets, sd.notNamed} {
+					out = append(out, ds...)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (cc *chainCache) get(key string) ([]Rule, bool) {
@@ -73,6 +149,7 @@ func (cc *chainCache) put(key string, rules []Rule) { cc.cur[key] = rules }
 
 func (cc *chainCache) rotate() {
 	cc.prev, cc.cur = cc.cur, make(map[string][]Rule, len(cc.cur))
+	cc.prevPols, cc.pols = cc.pols, make(map[policyID]*policyEntry, len(cc.pols))
 }
 
 // endpointKey is everything endpointChain reads besides the family

@@ -28,7 +28,41 @@ func (g gen) mutate(s *policy.Snapshot, step int) string {
 		}
 		return l
 	}
-	switch g.r.IntN(14) {
+	switch g.r.IntN(17) {
+	case 14: // one rule of a policy replaced: same number of rules
+		if len(s.NetworkPolicies) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.NetworkPolicies))
+		p := s.NetworkPolicies[i]
+		if len(p.Spec.Egress) == 0 {
+			return "none"
+		}
+		p.Spec.Egress = slices.Clone(p.Spec.Egress)
+		p.Spec.Egress[g.r.IntN(len(p.Spec.Egress))] = g.rule(p.Namespace)
+		s.NetworkPolicies = slices.Clone(s.NetworkPolicies)
+		s.NetworkPolicies[i] = p
+		return "np rule replaced " + p.Name
+	case 15: // a global policy moves tier, its rules untouched
+		if len(s.GlobalNetworkPolicies) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.GlobalNetworkPolicies))
+		p := s.GlobalNetworkPolicies[i]
+		p.Spec.Tier = g.pick("", "security")
+		s.GlobalNetworkPolicies = slices.Clone(s.GlobalNetworkPolicies)
+		s.GlobalNetworkPolicies[i] = p
+		return "gnp tier " + p.Name
+	case 16: // a namespace's profile rules, and a pod's ports
+		if len(s.WorkloadEndpoints) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.WorkloadEndpoints))
+		w := s.WorkloadEndpoints[i]
+		w.Spec.Ports = []api.WorkloadEndpointPort{{Name: g.pick("http", "dns", "metrics"), Protocol: api.ProtocolFromString(g.pick("TCP", "UDP")), Port: uint16(8000 + g.r.IntN(3))}}
+		s.WorkloadEndpoints = slices.Clone(s.WorkloadEndpoints)
+		s.WorkloadEndpoints[i] = w
+		return "wep ports " + w.Name
 	case 0, 1: // a policy's rules change (a port, an action)
 		if len(s.NetworkPolicies) == 0 {
 			return "none"
