@@ -525,20 +525,24 @@ func sortChains(chains []Chain) {
 // felix only programs chains that something refers to; so do we (a policy
 // of types [Ingress] has no referenced egress chain, for example).
 func reachable(chains []Chain, roots []string) []Chain {
+	// Of chains with the same name, the walk follows the last one's
+	// jumps and the result keeps the first one.
 	byName := make(map[string]int, len(chains))
 	for i := range chains {
 		byName[chains[i].Name] = i
 	}
-	seen := map[string]bool{}
+	seen := make([]bool, len(chains))
+	n := 0
 	stack := slices.Clone(roots)
 	for len(stack) > 0 {
-		n := stack[len(stack)-1]
+		name := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		i, ok := byName[n]
-		if !ok || seen[n] {
+		i, ok := byName[name]
+		if !ok || seen[i] {
 			continue
 		}
-		seen[n] = true
+		seen[i] = true
+		n++
 		for _, r := range chains[i].Rules {
 			switch a := r.Action.(type) {
 			case Jump:
@@ -548,11 +552,11 @@ func reachable(chains []Chain, roots []string) []Chain {
 			}
 		}
 	}
-	var out []Chain
+	out := make([]Chain, 0, n)
 	for i := range chains {
-		if seen[chains[i].Name] {
+		if last := byName[chains[i].Name]; seen[last] {
 			out = append(out, chains[i])
-			seen[chains[i].Name] = false // keep the first of duplicates only
+			seen[last] = false
 		}
 	}
 	sortChains(out)

@@ -55,10 +55,21 @@ type tableBuild struct {
 	chains []Chain
 	groups map[string]Chain
 	used   map[policyRef]bool
+	// usedTiers are the tier lists already recorded in used, by
+	// direction: endpoints with equal labels share one (buildLocal).
+	usedTiers map[usedTiersRef]bool
+}
+
+// usedTiersRef is a tier list by identity, or, with a cache, by content
+// (tiersID: label sets that select the same policies have equal lists).
+type usedTiersRef struct {
+	ref     tiersRef
+	id      int
+	inbound bool
 }
 
 func newTableBuild() *tableBuild {
-	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}}
+	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}, usedTiers: map[usedTiersRef]bool{}}
 }
 
 // endpointChain renders a workload or host endpoint chain as felix's
@@ -89,6 +100,17 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 // usePolicies records in tb the policies and policy groups the endpoint
 // chain jumps to, whose chains the table then renders.
 func (c *famCompiler) usePolicies(spec *endpointChainSpec, tb *tableBuild) {
+	if len(spec.tiers) == 0 {
+		return
+	}
+	ref := usedTiersRef{ref: tiersRef{&spec.tiers[0], len(spec.tiers)}, inbound: spec.inbound}
+	if c.cache != nil {
+		ref = usedTiersRef{id: c.cache.tiersID(spec.tiers), inbound: spec.inbound}
+	}
+	if tb.usedTiers[ref] {
+		return
+	}
+	tb.usedTiers[ref] = true
 	polPrefix := pfxPolicyOut
 	if spec.inbound {
 		polPrefix = pfxPolicyIn

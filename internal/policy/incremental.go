@@ -59,12 +59,19 @@ type chainCache struct {
 	prev, cur map[string][]Rule
 	buf       strings.Builder
 	// pols, prevPols keep each policy's parsed rules and rendered
-	// chains (policyCache), generationally as above.
+	// chains, generationally as above.
 	pols, prevPols map[policyID]*policyEntry
+	// tierIDs numbers the tier lists' texts for the cache's lifetime
+	// (forgotten with the cache when it holds many more than are in
+	// use); tiersByRef is tiersID's memo for one compilation.
+	tierIDs    map[string]int
+	lastTierID int
+	tiersByRef map[tiersRef]int
 }
 
 func newChainCache() *chainCache {
-	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{}}
+	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{},
+		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}}
 }
 
 // policyID names a policy's cache entry: the parse depends on its
@@ -150,6 +157,13 @@ func (cc *chainCache) put(key string, rules []Rule) { cc.cur[key] = rules }
 func (cc *chainCache) rotate() {
 	cc.prev, cc.cur = cc.cur, make(map[string][]Rule, len(cc.cur))
 	cc.prevPols, cc.pols = cc.pols, make(map[policyID]*policyEntry, len(cc.pols))
+	if len(cc.tierIDs) > 2*len(cc.tiersByRef)+1024 {
+		// Numbers of tier lists no longer in use: start again, which
+		// changes every key (the next compilation renders every
+		// endpoint chain once more).
+		cc.tierIDs, cc.prev = map[string]int{}, nil
+	}
+	cc.tiersByRef = make(map[tiersRef]int, len(cc.tiersByRef))
 }
 
 // endpointKey is everything endpointChain reads besides the family
@@ -183,7 +197,33 @@ func (cc *chainCache) endpointKey(c *famCompiler, spec *endpointChainSpec) strin
 		b.WriteByte(1)
 	}
 	sep()
-	for _, t := range spec.tiers {
+	b.WriteString(strconv.Itoa(cc.tiersID(spec.tiers)))
+	return b.String()
+}
+
+// tiersRef identifies a tier list within one compilation: endpoints with
+// equal labels share theirs (buildLocal), so most endpoint chains' tiers
+// are one of a few slices.
+type tiersRef struct {
+	first *epTier
+	n     int
+}
+
+// tiersID is a small number for the content of a tier list, the same in
+// every compilation for equal content, so that endpoint keys stay short
+// (a thousand endpoints' keys spelling out every policy took megabytes)
+// and a tier list's text is written once per compilation, not once per
+// endpoint chain.
+func (cc *chainCache) tiersID(tiers []epTier) int {
+	if len(tiers) == 0 {
+		return 0
+	}
+	ref := tiersRef{&tiers[0], len(tiers)}
+	if id, ok := cc.tiersByRef[ref]; ok {
+		return id
+	}
+	var b strings.Builder
+	for _, t := range tiers {
 		b.WriteString(t.name)
 		b.WriteByte(1)
 		b.WriteString(string(t.defaultAction))
@@ -196,7 +236,15 @@ func (cc *chainCache) endpointKey(c *famCompiler, spec *endpointChainSpec) strin
 		}
 		b.WriteByte(4)
 	}
-	return b.String()
+	text := b.String()
+	id, ok := cc.tierIDs[text]
+	if !ok {
+		cc.lastTierID++
+		id = cc.lastTierID
+		cc.tierIDs[text] = id
+	}
+	cc.tiersByRef[ref] = id
+	return id
 }
 
 // RulesIdentity identifies a chain's rules slice: equal identities (and
