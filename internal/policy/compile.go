@@ -81,7 +81,11 @@ func Compile(s *Snapshot) *Result { return compile(s, nil, nil) }
 // selector matches in mc (nil: none kept).
 func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 	cfg := s.Config.withDefaults()
-	m := buildModel(s, mc)
+	var ec *entityCache
+	if cc != nil {
+		ec = cc.ents
+	}
+	m := buildModel(s, mc, ec)
 	mk, ok := allocMarks(cfg.MarkMask)
 	if !ok {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)
@@ -214,7 +218,7 @@ func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules,
 	for _, t := range []*Table{&f.Filter, &f.Raw, &f.Mangle} {
 		chains = append(chains, t.Chains...)
 	}
-	f.IPSets = append(m.ipSets(version, referencedSets(chains, pr.sets, version)), c.encap.sets(version)...)
+	f.IPSets = append(m.ipSetsCached(version, referencedSets(chains, pr.sets, version)), c.encap.sets(version)...)
 	slices.SortFunc(f.IPSets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return f
 }
@@ -563,8 +567,21 @@ func reachable(chains []Chain, roots []string) []Chain {
 	return out
 }
 
+// ipSetsCached is ipSets, reusing unchanged sets with a cache.
+func (m *model) ipSetsCached(version int, defs []*setDef) []IPSet {
+	if m.ents == nil {
+		return m.ipSets(version, defs)
+	}
+	return m.ipSetsWith(version, defs, func(d *setDef) IPSet { return m.ents.selectorSet(m, version, d) })
+}
+
 // ipSets computes the members of the given sets and the pool sets.
 func (m *model) ipSets(version int, defs []*setDef) []IPSet {
+	return m.ipSetsWith(version, defs, func(d *setDef) IPSet { return m.selectorSet(version, d) })
+}
+
+// ipSetsWith is ipSets with each selector set made by set.
+func (m *model) ipSetsWith(version int, defs []*setDef, set func(*setDef) IPSet) []IPSet {
 	family := "inet"
 	if version == 6 {
 		family = "inet6"
@@ -572,34 +589,7 @@ func (m *model) ipSets(version int, defs []*setDef) []IPSet {
 	is6 := version == 6
 	var sets []IPSet
 	for _, d := range defs {
-		members := map[string]bool{}
-		for _, e := range m.entities {
-			if d.namedPort != "" && e.kind != "wep" && e.kind != "hep" {
-				continue
-			}
-			if !d.sel.Evaluate(e.labels) {
-				continue
-			}
-			for _, n := range e.nets {
-				if n.Addr().Is6() != is6 {
-					continue
-				}
-				if d.namedPort == "" {
-					members[netMember(n)] = true
-					continue
-				}
-				for _, p := range e.ports {
-					if p.name == d.namedPort && p.proto == d.proto {
-						members[n.Addr().String()+","+protoName(p.proto)+":"+strconv.Itoa(int(p.port))] = true
-					}
-				}
-			}
-		}
-		typ := SetTypeNet
-		if d.namedPort != "" {
-			typ = SetTypeIPPort
-		}
-		sets = append(sets, IPSet{Name: setName(version, d.id), ID: d.id, Type: typ, Family: family, Members: sortedKeys(members)})
+		sets = append(sets, set(d))
 	}
 	all, masq := map[string]bool{}, map[string]bool{}
 	for _, p := range m.pools {
@@ -619,6 +609,50 @@ func (m *model) ipSets(version int, defs []*setDef) []IPSet {
 	)
 	slices.SortFunc(sets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return sets
+}
+
+// selectorSet is the IP set of a selector or named port: the matching
+// entities' addresses (and ports).
+func (m *model) selectorSet(version int, d *setDef) IPSet {
+	family := "inet"
+	if version == 6 {
+		family = "inet6"
+	}
+	is6 := version == 6
+	members := map[string]bool{}
+	for _, e := range m.entities {
+		if !d.selects(e) {
+			continue
+		}
+		for _, n := range e.nets {
+			if n.Addr().Is6() != is6 {
+				continue
+			}
+			if d.namedPort == "" {
+				members[netMember(n)] = true
+				continue
+			}
+			for _, p := range e.ports {
+				if p.name == d.namedPort && p.proto == d.proto {
+					members[n.Addr().String()+","+protoName(p.proto)+":"+strconv.Itoa(int(p.port))] = true
+				}
+			}
+		}
+	}
+	typ := SetTypeNet
+	if d.namedPort != "" {
+		typ = SetTypeIPPort
+	}
+	return IPSet{Name: setName(version, d.id), ID: d.id, Type: typ, Family: family, Members: sortedKeys(members)}
+}
+
+// selects reports whether e's addresses belong in d's set: named ports
+// are only endpoints'.
+func (d *setDef) selects(e *entity) bool {
+	if d.namedPort != "" && e.kind != "wep" && e.kind != "hep" {
+		return false
+	}
+	return d.sel.Evaluate(e.labels)
 }
 
 // loadBalancerOnly pools hold service addresses, not workloads; felix

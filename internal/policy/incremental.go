@@ -67,11 +67,12 @@ type chainCache struct {
 	tierIDs    map[string]int
 	lastTierID int
 	tiersByRef map[tiersRef]int
+	ents       *entityCache
 }
 
 func newChainCache() *chainCache {
 	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{},
-		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}}
+		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}, ents: newEntityCache()}
 }
 
 // policyID names a policy's cache entry: the parse depends on its
@@ -164,6 +165,7 @@ func (cc *chainCache) rotate() {
 		cc.tierIDs, cc.prev = map[string]int{}, nil
 	}
 	cc.tiersByRef = make(map[tiersRef]int, len(cc.tiersByRef))
+	cc.ents.rotate()
 }
 
 // endpointKey is everything endpointChain reads besides the family
@@ -369,4 +371,137 @@ func labelsKey(labels map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
+}
+
+// entityCache keeps, across compilations, the entities of workload
+// endpoints (their labels merged with their profiles', their addresses
+// and named ports) and the selector IP sets, so that a change reuses
+// every set that selects none of the entities it changed: an IP set's
+// members are a function of its selector and the entities, so a set
+// that selects neither the old nor the new version of any changed entity
+// has exactly its previous members.
+//
+// Workload entities are kept while the fields they are made of are the
+// very maps and slices they were made from (snapshots are never modified
+// in place; each entry holds its sources, so their memory cannot be
+// reused while it is kept). Other entities are few and compared by
+// content.
+type entityCache struct {
+	weps, prevWeps map[string]*wepEntry
+	sets, prevSets map[setKey]IPSet
+	// prevEnts are the last compilation's entities by kind and name;
+	// changed the entities (old and new versions) this compilation
+	// differs by, all that everything may have changed (no previous
+	// compilation, or names that are not unique).
+	prevEnts map[string]*entity
+	changed  []*entity
+	all      bool
+}
+
+type setKey struct {
+	version int
+	id      string
+}
+
+// wepEntry is a workload's entity and the sources it was made from.
+type wepEntry struct {
+	labels   map[string]string
+	sa       string
+	profiles []string
+	plabels  []map[string]string // each profile's labelsToApply
+	nets     []string
+	ports    []api.WorkloadEndpointPort
+	e        *entity
+	problems []string
+}
+
+func newEntityCache() *entityCache {
+	return &entityCache{weps: map[string]*wepEntry{}, sets: map[setKey]IPSet{}, all: true}
+}
+
+// workload returns w's entity, kept from an earlier compilation when it
+// was made from the same sources, with the problems making it reported.
+func (ec *entityCache) workload(m *model, w *api.WorkloadEndpoint, plabels profileLabels) *entity {
+	name := w.Namespace + "/" + w.Name
+	pl := make([]map[string]string, len(w.Spec.Profiles))
+	for i, p := range w.Spec.Profiles {
+		pl[i] = plabels[p]
+	}
+	e := ec.weps[name]
+	if e == nil {
+		e = ec.prevWeps[name]
+	}
+	if e != nil && sameMap(e.labels, w.Labels) && e.sa == w.Spec.ServiceAccountName && sameSlice(e.profiles, w.Spec.Profiles) &&
+		slices.EqualFunc(e.plabels, pl, sameMap) && sameSlice(e.nets, w.Spec.IPNetworks) && sameSlice(e.ports, w.Spec.Ports) {
+		ec.weps[name] = e
+		m.problems = append(m.problems, e.problems...)
+		return e.e
+	}
+	from := len(m.problems)
+	e = &wepEntry{labels: w.Labels, sa: w.Spec.ServiceAccountName, profiles: w.Spec.Profiles, plabels: pl,
+		nets: w.Spec.IPNetworks, ports: w.Spec.Ports, e: m.workloadEntity(w, plabels)}
+	e.problems = slices.Clone(m.problems[from:])
+	ec.weps[name] = e
+	return e.e
+}
+
+// sameMap reports whether a and b are the same map (not merely equal
+// ones); two nil maps are.
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// sameSlice reports whether a and b are the same slice.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// diff records how ents differ from the last compilation's entities.
+func (ec *entityCache) diff(ents []*entity) {
+	cur := make(map[string]*entity, len(ents))
+	all := ec.all
+	ec.changed = ec.changed[:0]
+	for _, e := range ents {
+		k := e.kind + "\x00" + e.name
+		if _, dup := cur[k]; dup {
+			all = true
+		}
+		cur[k] = e
+		old := ec.prevEnts[k]
+		switch {
+		case old == e:
+		case old == nil:
+			ec.changed = append(ec.changed, e)
+		case e.kind != "wep" && reflect.DeepEqual(old, e):
+		default:
+			ec.changed = append(ec.changed, old, e)
+		}
+	}
+	for k, old := range ec.prevEnts {
+		if _, ok := cur[k]; !ok {
+			ec.changed = append(ec.changed, old)
+		}
+	}
+	ec.prevEnts, ec.all = cur, all
+}
+
+// selectorSet is d's set for this compilation: the last one's when no
+// changed entity is in it, before or after the change.
+func (ec *entityCache) selectorSet(m *model, version int, d *setDef) IPSet {
+	k := setKey{version, d.id}
+	if s, ok := ec.sets[k]; ok {
+		return s
+	}
+	s, ok := ec.prevSets[k]
+	if !ok || ec.all || slices.ContainsFunc(ec.changed, d.selects) {
+		s = m.selectorSet(version, d)
+	}
+	ec.sets[k] = s
+	return s
+}
+
+func (ec *entityCache) rotate() {
+	ec.prevWeps, ec.weps = ec.weps, make(map[string]*wepEntry, len(ec.weps))
+	ec.prevSets, ec.sets = ec.sets, make(map[setKey]IPSet, len(ec.sets))
+	ec.all = false
 }

@@ -259,8 +259,9 @@ type model struct {
 	node  string
 	nodes []api.Node
 	// match, if set, keeps selector matches across compilations
-	// (Compiler).
+	// (Compiler); ents the workload entities and the IP sets.
 	match *matchCache
+	ents  *entityCache
 }
 
 // localEndpoint is an endpoint of this node that gets its own chains.
@@ -303,11 +304,12 @@ func (m *model) problem(format string, args ...any) {
 	m.problems = append(m.problems, fmt.Sprintf(format, args...))
 }
 
-func buildModel(s *Snapshot, mc *matchCache) *model {
+func buildModel(s *Snapshot, mc *matchCache, ec *entityCache) *model {
 	m := &model{
 		sels:     &selectors{cache: map[string]selectorResult{}},
 		profiles: map[string]*api.Profile{},
 		match:    mc,
+		ents:     ec,
 	}
 	plabels := profileLabels{}
 	for i := range s.Profiles {
@@ -316,6 +318,9 @@ func buildModel(s *Snapshot, mc *matchCache) *model {
 		plabels[p.Name] = p.Spec.LabelsToApply
 	}
 	m.buildEntities(s, plabels)
+	if m.ents != nil {
+		m.ents.diff(m.entities)
+	}
 	m.buildTiers(s)
 	m.buildLocal(s, plabels)
 	for i := range s.IPPools {
@@ -333,13 +338,11 @@ func buildModel(s *Snapshot, mc *matchCache) *model {
 func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.WorkloadEndpoints {
 		w := &s.WorkloadEndpoints[i]
-		e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
-		e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
-		ports := w.Spec.Ports
-		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
-			return ports[i].Name, ports[i].Protocol, ports[i].Port
-		}, len(ports))
-		m.entities = append(m.entities, e)
+		if m.ents != nil {
+			m.entities = append(m.entities, m.ents.workload(m, w, plabels))
+			continue
+		}
+		m.entities = append(m.entities, m.workloadEntity(w, plabels))
 	}
 	for i := range s.HostEndpoints {
 		h := &s.HostEndpoints[i]
@@ -371,6 +374,17 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 		e.nets = m.setNets("GlobalNetworkSet "+n.Name, n.Spec.Nets)
 		m.entities = append(m.entities, e)
 	}
+}
+
+// workloadEntity is the entity of a workload endpoint.
+func (m *model) workloadEntity(w *api.WorkloadEndpoint, plabels profileLabels) *entity {
+	e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
+	e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
+	ports := w.Spec.Ports
+	e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
+		return ports[i].Name, ports[i].Protocol, ports[i].Port
+	}, len(ports))
+	return e
 }
 
 // parsePrefixes parses each item with parse; an item it refuses is a
