@@ -218,9 +218,30 @@ func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules,
 	for _, t := range []*Table{&f.Filter, &f.Raw, &f.Mangle} {
 		chains = append(chains, t.Chains...)
 	}
-	f.IPSets = append(m.ipSetsCached(version, referencedSets(chains, pr.sets, version)), c.encap.sets(version)...)
+	f.IPSets = append(m.ipSetsCached(version, referencedSets(chains, pr.sets, version, cc)), c.encap.sets(version)...)
 	slices.SortFunc(f.IPSets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return f
+}
+
+// workloadDispatch is the dispatch chains from root to the workload
+// chains pfx+iface, unknown interfaces getting unknown (the filter
+// table's, a function of the configuration); with a cache, the same
+// chains for as long as the interfaces are the same.
+func (c *famCompiler) workloadDispatch(root, pfx string, ifaces []string, out bool, unknown []Rule) []Chain {
+	build := func() []Chain {
+		return dispatchChains(root, ifaces, out, func(i string) string { return endpointChain(pfx, i) }, unknown)
+	}
+	if c.cache == nil {
+		return build()
+	}
+	key := strconv.Itoa(c.version) + "\x00" + c.cfg.DenyAction + "\x00" + root + "\x00" + strings.Join(ifaces, "\x00")
+	if chains, ok := c.cache.dispatch[key]; ok {
+		c.cache.nextDispatch[key] = chains
+		return chains
+	}
+	chains := build()
+	c.cache.nextDispatch[key] = chains
+	return chains
 }
 
 // hooks are the jumps into our chains: pairs of built-in chain and ours.
@@ -262,10 +283,8 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 		)
 	}
 	unknown := []Rule{{Action: c.deny(), Comment: []string{"Unknown interface"}, Origin: c.orig.get(Origin{Kind: OriginUnknownInterface})}}
-	tb.chains = append(tb.chains, dispatchChains(chainFromWLDispatch, ifaces, false,
-		func(i string) string { return endpointChain(pfxFromWorkload, i) }, unknown)...)
-	tb.chains = append(tb.chains, dispatchChains(chainToWLDispatch, ifaces, true,
-		func(i string) string { return endpointChain(pfxToWorkload, i) }, unknown)...)
+	tb.chains = append(tb.chains, c.workloadDispatch(chainFromWLDispatch, pfxFromWorkload, ifaces, false, unknown)...)
+	tb.chains = append(tb.chains, c.workloadDispatch(chainToWLDispatch, pfxToWorkload, ifaces, true, unknown)...)
 
 	// Host endpoints: "from" is traffic into the host (ingress policy),
 	// "to" traffic out of it (egress policy); the forward chains police
@@ -496,8 +515,9 @@ func (c *famCompiler) natTable(m *model) Table {
 }
 
 // referencedSets returns the definitions of the selector and named port
-// sets the chains use.
-func referencedSets(chains []Chain, defs map[string]*setDef, version int) []*setDef {
+// sets the chains use; cc, if set, remembers each chain's sets by its
+// rules' identity.
+func referencedSets(chains []Chain, defs map[string]*setDef, version int, cc *chainCache) []*setDef {
 	byName := map[string]*setDef{}
 	for _, d := range defs {
 		byName[setName(version, d.id)] = d
@@ -505,16 +525,26 @@ func referencedSets(chains []Chain, defs map[string]*setDef, version int) []*set
 	seen := map[string]bool{}
 	var out []*setDef
 	for i := range chains {
-		for _, r := range chains[i].Rules {
-			for _, cr := range r.Match {
-				ms, ok := cr.(MatchSet)
-				if !ok || seen[ms.Set] {
-					continue
-				}
-				seen[ms.Set] = true
-				if d := byName[ms.Set]; d != nil {
-					out = append(out, d)
-				}
+		for _, set := range cc.chainSets(&chains[i]) {
+			if seen[set] {
+				continue
+			}
+			seen[set] = true
+			if d := byName[set]; d != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// matchedSets are the names of the IP sets the rules match on, in order.
+func matchedSets(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, cr := range r.Match {
+			if ms, ok := cr.(MatchSet); ok {
+				out = append(out, ms.Set)
 			}
 		}
 	}

@@ -68,11 +68,35 @@ type chainCache struct {
 	lastTierID int
 	tiersByRef map[tiersRef]int
 	ents       *entityCache
+	// dispatch, nextDispatch keep the workload dispatch chains by
+	// interfaces (workloadDispatch); sets, nextSets each chain's IP set
+	// names by its rules' identity (chainSets). Both generational.
+	dispatch, nextDispatch map[string][]Chain
+	sets, nextSets         map[RulesIdentity][]string
+}
+
+// chainSets are the IP sets c's rules match on; with a cache, found once
+// for as long as c has the same rules. cc may be nil.
+func (cc *chainCache) chainSets(c *Chain) []string {
+	id, ok := c.Identity()
+	if cc == nil || !ok {
+		return matchedSets(c.Rules)
+	}
+	if s, ok := cc.nextSets[id]; ok {
+		return s
+	}
+	s, ok := cc.sets[id]
+	if !ok {
+		s = matchedSets(c.Rules)
+	}
+	cc.nextSets[id] = s
+	return s
 }
 
 func newChainCache() *chainCache {
 	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{},
-		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}, ents: newEntityCache()}
+		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}, ents: newEntityCache(),
+		nextDispatch: map[string][]Chain{}, nextSets: map[RulesIdentity][]string{}}
 }
 
 // policyID names a policy's cache entry: the parse depends on its
@@ -166,6 +190,8 @@ func (cc *chainCache) rotate() {
 	}
 	cc.tiersByRef = make(map[tiersRef]int, len(cc.tiersByRef))
 	cc.ents.rotate()
+	cc.dispatch, cc.nextDispatch = cc.nextDispatch, make(map[string][]Chain, len(cc.nextDispatch))
+	cc.sets, cc.nextSets = cc.nextSets, make(map[RulesIdentity][]string, len(cc.nextSets))
 }
 
 // endpointKey is everything endpointChain reads besides the family
@@ -413,6 +439,22 @@ type wepEntry struct {
 	ports    []api.WorkloadEndpointPort
 	e        *entity
 	problems []string
+	// labelsKey is labelsKey(e.labels), once asked for.
+	labelsKey string
+}
+
+// labels returns the labels of w's entity in this compilation and their
+// labelsKey, or nil.
+func (ec *entityCache) labels(w *api.WorkloadEndpoint) (map[string]string, string) {
+	e := ec.weps[w.Namespace+"/"+w.Name]
+	if e == nil || !sameMap(e.labels, w.Labels) || e.sa != w.Spec.ServiceAccountName || !sameSlice(e.profiles, w.Spec.Profiles) {
+		// Not made from w (a second endpoint of the same name).
+		return nil, ""
+	}
+	if e.labelsKey == "" {
+		e.labelsKey = labelsKey(e.e.labels)
+	}
+	return e.e.labels, e.labelsKey
 }
 
 func newEntityCache() *entityCache {

@@ -266,10 +266,12 @@ type model struct {
 
 // localEndpoint is an endpoint of this node that gets its own chains.
 type localEndpoint struct {
-	name     string // resource name (namespace/name for workloads)
-	iface    string
-	labels   map[string]string
-	profiles []string
+	name   string // resource name (namespace/name for workloads)
+	iface  string
+	labels map[string]string
+	// labelsKey is labelsKey(labels) when already known ("" if not).
+	labelsKey string
+	profiles  []string
 	// ingress and egress are the tiers with normal policies that select
 	// the endpoint and govern that direction, in order.
 	ingress, egress []epTier
@@ -550,11 +552,19 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 			continue
 		}
 		seen[w.Spec.InterfaceName] = name
-		m.workloads = append(m.workloads, &localEndpoint{
-			name: name, iface: w.Spec.InterfaceName,
-			labels: workloadLabels(w, plabels), profiles: w.Spec.Profiles,
+		ep := &localEndpoint{
+			name: name, iface: w.Spec.InterfaceName, profiles: w.Spec.Profiles,
 			spoofable: m.spoofable(name, w.Spec.AllowSpoofedSourcePrefixes, s.Config.AllowSourceSpoofing),
-		})
+		}
+		if m.ents != nil {
+			// The entity's labels (buildEntities made it from this very
+			// endpoint), with their key.
+			ep.labels, ep.labelsKey = m.ents.labels(w)
+		}
+		if ep.labels == nil {
+			ep.labels = workloadLabels(w, plabels)
+		}
+		m.workloads = append(m.workloads, ep)
 	}
 	slices.SortFunc(m.workloads, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
 	m.placeHosts(s, plabels)
@@ -570,7 +580,10 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 		resolved = m.match.resolve(m.tiers)
 	}
 	for _, ep := range m.workloads {
-		key := labelsKey(ep.labels)
+		key := ep.labelsKey
+		if key == "" {
+			key = labelsKey(ep.labels)
+		}
 		t, ok := byLabels[key]
 		if !ok {
 			if m.match != nil {
