@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -59,7 +57,13 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	agent := proctest.Start(b, "calico-node", cmd)
 	defer agent.Stop(10 * time.Second)
 	metrics := "http://" + health + "/metrics"
-	metric := func(sample string) float64 { return scrape(metrics, sample) }
+	metric := func(sample string) float64 {
+		v, err := proctest.MetricValue(metrics, sample)
+		if err != nil {
+			return -1 // not serving yet
+		}
+		return v
+	}
 	agent.WaitFor(b, 2*time.Minute, "dataplane programmed", func() bool {
 		return metric("calico_dataplane_apply_latency_seconds_count") >= 1
 	})
@@ -117,28 +121,6 @@ func procMemory(b *testing.B, pid int) procMem {
 		b.Fatalf("/proc/%d/status: want VmRSS, VmHWM, RssAnon and RssFile:\n%s", pid, st)
 	}
 	return m
-}
-
-// scrape reads one sample of a Prometheus text endpoint; -1 while the
-// endpoint does not answer (the agent is starting) or lacks it.
-func scrape(url, sample string) float64 {
-	resp, err := http.Get(url)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				return f
-			}
-		}
-	}
-	return -1
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }

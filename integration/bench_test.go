@@ -277,7 +277,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 			b.Fatalf("change %d: no rule for port %d in the kernel", i, port)
 		}
 	}
-	*rss = vmRSS(b)
+	*rss = procMemory(b, os.Getpid()).rss
 	slices.Sort(lat)
 	return lat
 }
@@ -300,25 +300,6 @@ func countKind(objs []api.Object, kind string) int {
 		}
 	}
 	return n
-}
-
-// vmRSS is this process's resident set size.
-func vmRSS(b *testing.B) int64 {
-	st, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, l := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS in /proc/self/status")
-	return 0
 }
 
 // notifyApplier reports the end of every successful Apply.
