@@ -2,12 +2,12 @@ package policy
 
 import (
 	"fmt"
-
-	"github.com/projectcalico/calico-node/internal/model/api"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // Compiler compiles a stream of snapshots of one node, reusing what the
@@ -24,10 +24,23 @@ import (
 // those chains by key, and returns the very same Rules slice when the key
 // is unchanged, so that a programmer can keep each chain's rule hashes
 // by slice identity (see RulesIdentity) and hash only the chains that
-// changed. A change of Config drops everything.
+// changed. Beyond the endpoint chains it keeps, each for as long as its
+// inputs stay the same: every policy's parsed rules and rendered chains
+// (policyEntry), every workload's entity and label key (entityCache), each
+// IP set that selects no changed entity, the workload dispatch chains
+// while the interfaces are the same, which IP sets each chain refers to,
+// and each selector's verdict per label set (matchCache). A change then
+// costs what it touches plus a walk over the endpoints and chains. A
+// change of Config drops everything.
+//
+// Contract: a snapshot given to Compile is never modified afterwards; a
+// changed object is a new one with new maps and slices (confwatch decodes
+// every update afresh). The caches recognise unchanged policies and
+// endpoints by the identity of those maps and slices, not by content.
 //
 // A Compiler is not safe for concurrent use; results must not be
-// modified (their Rules are shared with later results).
+// modified (their Rules and IP set members are shared with later
+// results).
 type Compiler struct {
 	cfg   Config
 	valid bool
