@@ -344,7 +344,7 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 	return Table{
 		Name:   TableFilter,
-		Chains: reachable(tb.chains, []string{chainInput, chainForward, chainOutput}),
+		Chains: reachable(tb.chains, []string{chainInput, chainForward, chainOutput}, c.cache),
 		Hooks:  c.hooks("INPUT", chainInput, "FORWARD", chainForward, "OUTPUT", chainOutput),
 	}
 }
@@ -385,7 +385,7 @@ func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
 	return Table{
 		Name:   TableRaw,
-		Chains: reachable(tb.chains, []string{chainPrerouting, chainOutput}),
+		Chains: reachable(tb.chains, []string{chainPrerouting, chainOutput}, c.cache),
 		Hooks:  c.hooks("PREROUTING", chainPrerouting, "OUTPUT", chainOutput),
 	}
 }
@@ -419,7 +419,7 @@ func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
 	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
 	return Table{
 		Name:   TableMangle,
-		Chains: reachable(tb.chains, roots),
+		Chains: reachable(tb.chains, roots, c.cache),
 		Hooks:  c.hooks(hooks...),
 	}
 }
@@ -538,6 +538,20 @@ func referencedSets(chains []Chain, defs map[string]*setDef, version int, cc *ch
 	return out
 }
 
+// jumpTargets are the chains the rules jump or go to, in order.
+func jumpTargets(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		switch a := r.Action.(type) {
+		case Jump:
+			out = append(out, a.Chain)
+		case Goto:
+			out = append(out, a.Chain)
+		}
+	}
+	return out
+}
+
 // matchedSets are the names of the IP sets the rules match on, in order.
 func matchedSets(rules []Rule) []string {
 	var out []string
@@ -558,7 +572,8 @@ func sortChains(chains []Chain) {
 // reachable returns the chains reachable from the roots, sorted by name.
 // felix only programs chains that something refers to; so do we (a policy
 // of types [Ingress] has no referenced egress chain, for example).
-func reachable(chains []Chain, roots []string) []Chain {
+// cc, if set, remembers each chain's jump targets by its rules' identity.
+func reachable(chains []Chain, roots []string, cc *chainCache) []Chain {
 	// Of chains with the same name, the walk follows the last one's
 	// jumps and the result keeps the first one.
 	byName := make(map[string]int, len(chains))
@@ -577,14 +592,7 @@ func reachable(chains []Chain, roots []string) []Chain {
 		}
 		seen[i] = true
 		n++
-		for _, r := range chains[i].Rules {
-			switch a := r.Action.(type) {
-			case Jump:
-				stack = append(stack, a.Chain)
-			case Goto:
-				stack = append(stack, a.Chain)
-			}
-		}
+		stack = append(stack, cc.chainTargets(&chains[i])...)
 	}
 	out := make([]Chain, 0, n)
 	for i := range chains {

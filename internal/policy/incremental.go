@@ -86,30 +86,49 @@ type chainCache struct {
 	// names by its rules' identity (chainSets). Both generational.
 	dispatch, nextDispatch map[string][]Chain
 	sets, nextSets         map[RulesIdentity][]string
+	// targets, nextTargets each chain's jump targets (chainTargets).
+	targets, nextTargets map[RulesIdentity][]string
 }
 
 // chainSets are the IP sets c's rules match on; with a cache, found once
 // for as long as c has the same rules. cc may be nil.
 func (cc *chainCache) chainSets(c *Chain) []string {
-	id, ok := c.Identity()
-	if cc == nil || !ok {
+	if cc == nil {
 		return matchedSets(c.Rules)
 	}
-	if s, ok := cc.nextSets[id]; ok {
-		return s
+	return cc.perRules(c, cc.sets, cc.nextSets, matchedSets)
+}
+
+// chainTargets are the chains c's rules jump or go to, kept the same way.
+func (cc *chainCache) chainTargets(c *Chain) []string {
+	if cc == nil {
+		return jumpTargets(c.Rules)
 	}
-	s, ok := cc.sets[id]
+	return cc.perRules(c, cc.targets, cc.nextTargets, jumpTargets)
+}
+
+// perRules is f(c.Rules), looked up by the rules' identity in this
+// compilation's next and the last one's prev maps, and kept in next.
+func (cc *chainCache) perRules(c *Chain, prev, next map[RulesIdentity][]string, f func([]Rule) []string) []string {
+	id, ok := c.Identity()
 	if !ok {
-		s = matchedSets(c.Rules)
+		return f(c.Rules)
 	}
-	cc.nextSets[id] = s
-	return s
+	if v, ok := next[id]; ok {
+		return v
+	}
+	v, ok := prev[id]
+	if !ok {
+		v = f(c.Rules)
+	}
+	next[id] = v
+	return v
 }
 
 func newChainCache() *chainCache {
 	return &chainCache{cur: map[string][]Rule{}, pols: map[policyID]*policyEntry{},
 		tierIDs: map[string]int{}, tiersByRef: map[tiersRef]int{}, ents: newEntityCache(),
-		nextDispatch: map[string][]Chain{}, nextSets: map[RulesIdentity][]string{}}
+		nextDispatch: map[string][]Chain{}, nextSets: map[RulesIdentity][]string{}, nextTargets: map[RulesIdentity][]string{}}
 }
 
 // policyID names a policy's cache entry: the parse depends on its
@@ -205,6 +224,7 @@ func (cc *chainCache) rotate() {
 	cc.ents.rotate()
 	cc.dispatch, cc.nextDispatch = cc.nextDispatch, make(map[string][]Chain, len(cc.nextDispatch))
 	cc.sets, cc.nextSets = cc.nextSets, make(map[RulesIdentity][]string, len(cc.nextSets))
+	cc.targets, cc.nextTargets = cc.nextTargets, make(map[RulesIdentity][]string, len(cc.nextTargets))
 }
 
 // endpointKey is everything endpointChain reads besides the family
