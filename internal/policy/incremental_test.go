@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -300,4 +301,59 @@ func splitLines(s string) []string {
 		s = s[i:]
 	}
 	return out
+}
+
+// TestCompilerReusesUnchangedPolicies: an untouched policy's chain and
+// the IP set of its rule come back as the same slices after another
+// policy changed (nothing to re-render, re-hash or rewrite), the changed
+// policy's chain does not; a pod entering the set's selector changes the
+// set.
+func TestCompilerReusesUnchangedPolicies(t *testing.T) {
+	s := &policy.Snapshot{Node: node, Profiles: []api.Profile{nsProfile("ns1", nil)}}
+	s.WorkloadEndpoints = []api.WorkloadEndpoint{
+		wep("ns1", "a", "calia", map[string]string{"app": "a"}, []string{"10.65.0.1"}),
+		wep("ns1", "b", "calib", map[string]string{"app": "b"}, []string{"10.65.0.2"}),
+	}
+	fromA := []api.Rule{{Action: api.Allow, Source: api.EntityRule{Selector: "role == 'client'"}}}
+	s.NetworkPolicies = []api.NetworkPolicy{
+		np("ns1", "pa", api.NetworkPolicySpec{Selector: "app == 'a'", Ingress: fromA}),
+		np("ns1", "pb", api.NetworkPolicySpec{Selector: "app == 'b'", Ingress: []api.Rule{{Action: api.Allow}}}),
+	}
+	ic := policy.NewCompiler()
+	first := ic.Compile(s)
+	s.NetworkPolicies = slices.Clone(s.NetworkPolicies)
+	s.NetworkPolicies[1].Spec.Ingress = []api.Rule{{Action: api.Deny}}
+	second := ic.Compile(s)
+	chainID := func(r *policy.Result, chain string) policy.RulesIdentity {
+		c := r.V4.Filter.Chain(chain)
+		if c == nil {
+			t.Fatalf("no chain %s", chain)
+		}
+		i, _ := c.Identity()
+		return i
+	}
+	if chainID(first, "cali-pi-default/ns1/pa") != chainID(second, "cali-pi-default/ns1/pa") {
+		t.Error("the untouched policy's chain was rendered again")
+	}
+	if chainID(first, "cali-pi-default/ns1/pb") == chainID(second, "cali-pi-default/ns1/pb") {
+		t.Error("the changed policy's chain was reused")
+	}
+	set := func(r *policy.Result) *policy.IPSet {
+		for i := range r.V4.IPSets {
+			if strings.HasPrefix(r.V4.IPSets[i].ID, "s:") {
+				return &r.V4.IPSets[i]
+			}
+		}
+		t.Fatal("no selector set")
+		return nil
+	}
+	if a, b := set(first), set(second); len(a.Members) != 0 || len(b.Members) != 0 {
+		t.Fatalf("role == 'client' selects %v, then %v; want nothing", a.Members, b.Members)
+	}
+	// A client pod arrives: the set gains it.
+	s.WorkloadEndpoints = append(slices.Clone(s.WorkloadEndpoints),
+		wep("ns1", "c", "calic", map[string]string{"role": "client"}, []string{"10.65.0.3"}))
+	if got := set(ic.Compile(s)).Members; !slices.Equal(got, []string{"10.65.0.3"}) {
+		t.Errorf("after a client pod arrived the set holds %v, want [10.65.0.3]", got)
+	}
 }
