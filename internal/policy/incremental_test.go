@@ -247,14 +247,7 @@ func TestCompilerReusesUnchangedChains(t *testing.T) {
 	s.WorkloadEndpoints = slices.Clone(s.WorkloadEndpoints)
 	s.WorkloadEndpoints[1] = wep("ns1", "b", "calib", map[string]string{"app": "a"}, []string{"10.65.0.2"})
 	second := ic.Compile(s)
-	id := func(r *policy.Result, chain string) policy.RulesIdentity {
-		c := r.V4.Filter.Chain(chain)
-		if c == nil {
-			t.Fatalf("no chain %s", chain)
-		}
-		i, _ := c.Identity()
-		return i
-	}
+	id := func(r *policy.Result, chain string) policy.RulesIdentity { return filterChainID(t, r, chain) }
 	for _, tc := range []struct {
 		chain string
 		same  bool
@@ -268,6 +261,17 @@ func TestCompilerReusesUnchangedChains(t *testing.T) {
 			t.Errorf("%s reused = %v, want %v", tc.chain, got, tc.same)
 		}
 	}
+}
+
+// filterChainID is the identity of the rules of r's IPv4 filter chain.
+func filterChainID(t *testing.T, r *policy.Result, chain string) policy.RulesIdentity {
+	t.Helper()
+	c := r.V4.Filter.Chain(chain)
+	if c == nil {
+		t.Fatalf("no chain %s", chain)
+	}
+	i, _ := c.Identity()
+	return i
 }
 
 func diffDump(got, want string) string {
@@ -324,14 +328,7 @@ func TestCompilerReusesUnchangedPolicies(t *testing.T) {
 	s.NetworkPolicies = slices.Clone(s.NetworkPolicies)
 	s.NetworkPolicies[1].Spec.Ingress = []api.Rule{{Action: api.Deny}}
 	second := ic.Compile(s)
-	chainID := func(r *policy.Result, chain string) policy.RulesIdentity {
-		c := r.V4.Filter.Chain(chain)
-		if c == nil {
-			t.Fatalf("no chain %s", chain)
-		}
-		i, _ := c.Identity()
-		return i
-	}
+	chainID := func(r *policy.Result, chain string) policy.RulesIdentity { return filterChainID(t, r, chain) }
 	if chainID(first, "cali-pi-default/ns1/pa") != chainID(second, "cali-pi-default/ns1/pa") {
 		t.Error("the untouched policy's chain was rendered again")
 	}
