@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
 // BenchmarkCNI measures what kubelet waits for: ADD and DEL of one pod,
@@ -55,7 +58,9 @@ func BenchmarkCNI(b *testing.B) {
 	const workers = 8
 	e := newEnv(b)
 	e.addPool("bench", "10.224.0.0/16", 26)
-	calico := e.conf("1.0.0", map[string]any{"log_level": "error"})
+	// No agent marks this endpoint status directory: a plugin process
+	// does not wait for a dataplane.
+	calico := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": b.TempDir()})
 	ptp := []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ptp-bench","type":"ptp","ipMasq":false,
 		"ipam":{"type":"host-local","ranges":[[{"subnet":"10.225.0.0/16"}]],"dataDir":%q}}`, e.dataDir))
 
@@ -125,7 +130,7 @@ func BenchmarkCNI(b *testing.B) {
 		k = newKDDEnv(b)
 		k.addNode(k.node)
 		k.addPool("bench", "10.226.0.0/16", 26)
-		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error"})
+		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": b.TempDir()})
 		for _, m := range append([]string{"warm-up"}, "sequential", "8-way") {
 			count := n
 			if m == "warm-up" {
@@ -155,10 +160,6 @@ func BenchmarkCNI(b *testing.B) {
 		impl, mode string
 		s          []sample
 	}
-	// The agent's CNI server, as `calico-node run` has it on a node; the
-	// plugin processes reach it through CALICO_CNI_SOCKET, set per row.
-	startServer(b)
-	sock := os.Getenv(cnientry.SocketEnv)
 	type impl struct {
 		name   string
 		cni    *libcni.CNIConfig
@@ -166,36 +167,64 @@ func BenchmarkCNI(b *testing.B) {
 		socket string
 		kdd    bool // on the Kubernetes datastore's pods
 	}
-	impls := []impl{
-		{"calico, agent running", e.cni, calico, sock, false},
-		{"calico, no agent", e.cni, calico, "none", false},
-		{"same, plugin built alone", lean, calico, "none", false},
-		{"ptp+host-local", e.cni, ptp, "none", false},
-	}
-	if withKDD {
-		impls = append(impls, impl{"calico KDD, agent running", k.cni, kddConf, sock, true})
-	}
 	var rows []row
-	for _, mode := range modes {
-		// The implementations take turns, a chunk of pods each, so that
-		// the load of this shared machine drifting during the run hits
-		// all of them alike (one pod at a time when sequential).
-		samples := make([][]sample, len(impls))
-		for lo := 0; lo < len(pods); lo += mode.chunk {
-			hi := min(lo+mode.chunk, len(pods))
-			for i, im := range impls {
-				chunk := pods[lo:hi]
-				if im.kdd {
-					chunk = kddPods[mode.name][lo:hi]
+	// measure runs impls on the same pods, sequentially then 8 at a time.
+	measure := func(impls []impl) {
+		for _, mode := range modes {
+			// The implementations take turns, a chunk of pods each, so
+			// that the load of this shared machine drifting during the
+			// run hits all of them alike (one pod at a time when
+			// sequential).
+			samples := make([][]sample, len(impls))
+			for lo := 0; lo < len(pods); lo += mode.chunk {
+				hi := min(lo+mode.chunk, len(pods))
+				for i, im := range impls {
+					chunk := pods[lo:hi]
+					if im.kdd {
+						chunk = kddPods[mode.name][lo:hi]
+					}
+					os.Setenv(cnientry.SocketEnv, im.socket)
+					samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
 				}
-				os.Setenv(cnientry.SocketEnv, im.socket)
-				samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
+			}
+			for i, im := range impls {
+				rows = append(rows, row{im.name, mode.name, samples[i]})
 			}
 		}
-		for i, im := range impls {
-			rows = append(rows, row{im.name, mode.name, samples[i]})
-		}
 	}
+
+	// Part 1: the node's agent, `calico-node run` as deployed (iptables
+	// dataplane, BGP), serves the plugins; ADD returns once the pod's
+	// policy and routes are programmed.
+	agent := startAgent(b, e)
+	agentConf := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": agent.statusDir})
+	os.Setenv(cnientry.SocketEnv, agent.socket)
+	run(e.cni, agentConf, pods[:8], 1)
+	measure([]impl{
+		{"calico, agent running", e.cni, agentConf, agent.socket, false},
+		{"ptp+host-local", e.cni, ptp, "none", false},
+	})
+	if b.Failed() {
+		return
+	}
+	stages := agent.stages(b)
+	agent.stop(b)
+
+	// Part 2: no agent on the node (stopped: its endpoints stay as they
+	// are); the plugin process does all the work, and no marker in its
+	// endpoint status directory says an agent would program the pod.
+	impls := []impl{
+		{"calico, no agent", e.cni, calico, "none", false},
+		{"same, plugin built alone", lean, calico, "none", false},
+		{"ptp+host-local, no agent", e.cni, ptp, "none", false},
+	}
+	if withKDD {
+		// The agent's CNI server alone, in this process, on the
+		// Kubernetes datastore (no dataplane to wait for).
+		startServer(b)
+		impls = append(impls, impl{"calico KDD, CNI server", k.cni, kddConf, os.Getenv(cnientry.SocketEnv), true})
+	}
+	measure(impls)
 	if b.Failed() {
 		return
 	}
@@ -238,22 +267,31 @@ func BenchmarkCNI(b *testing.B) {
 		}
 	}
 	w.Flush()
+	ratio := func(m map[string]time.Duration, impl, ref, mode, op string) float64 {
+		return float64(m[impl+mode+op]) / float64(m[ref+mode+op])
+	}
 	for _, mode := range []string{"sequential", "8-way"} {
 		for _, op := range []string{"ADD", "DEL"} {
-			ref := float64(p50["ptp+host-local"+mode+op])
-			ratio := float64(p50["calico, agent running"+mode+op]) / ref
-			direct := float64(p50["calico, no agent"+mode+op]) / ref
-			alone := float64(p50["same, plugin built alone"+mode+op]) / ref
-			fmt.Printf("p50 %s %s: calico / ptp+host-local = %.2fx with the agent running, %.2fx without (plugin built alone: %.2fx)\n", mode, op, ratio, direct, alone)
-			b.ReportMetric(ratio, mode+"-"+op+"-p50-ratio")
+			agent := ratio(p50, "calico, agent running", "ptp+host-local", mode, op)
+			agent99 := ratio(p99, "calico, agent running", "ptp+host-local", mode, op)
+			direct := ratio(p50, "calico, no agent", "ptp+host-local, no agent", mode, op)
+			direct99 := ratio(p99, "calico, no agent", "ptp+host-local, no agent", mode, op)
+			alone := ratio(p50, "same, plugin built alone", "ptp+host-local, no agent", mode, op)
+			fmt.Printf("%s %s: calico / ptp+host-local = %.2fx p50 (p99 %.2fx) with the agent running, %.2fx (p99 %.2fx) without (plugin built alone: %.2fx)\n",
+				mode, op, agent, agent99, direct, direct99, alone)
+			b.ReportMetric(agent, mode+"-"+op+"-p50-ratio")
 			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
 			if withKDD {
-				kdd := float64(p50["calico KDD, agent running"+mode+op]) / ref
-				kdd99 := float64(p99["calico KDD, agent running"+mode+op]) / float64(p99["ptp+host-local"+mode+op])
-				fmt.Printf("    on the Kubernetes datastore, agent running: %.2fx (p99 %.2fx)\n", kdd, kdd99)
+				kdd := ratio(p50, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
+				kdd99 := ratio(p99, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
+				fmt.Printf("    on the Kubernetes datastore, CNI server: %.2fx (p99 %.2fx)\n", kdd, kdd99)
 				b.ReportMetric(kdd, mode+"-"+op+"-p50-ratio-kdd")
 			}
 		}
+	}
+	fmt.Println("agent-served ADD, mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds):")
+	for _, st := range stages {
+		fmt.Printf("    %-18s %6.1f ms (%d ADDs)\n", st.stage, ms(st.mean), st.count)
 	}
 	os.Setenv(cnientry.SocketEnv, "none")
 	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
@@ -279,3 +317,76 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchAgent is `calico-node run` on the benchmark's node.
+type benchAgent struct {
+	proc      *proctest.Proc
+	socket    string // its CNI socket
+	statusDir string // its endpoint status directory
+	metrics   string // its /metrics URL
+}
+
+// startAgent runs `calico-node run` as the DaemonSet runs it (iptables
+// dataplane, BGP) in this process's network namespace (the node's),
+// against e's etcd, with a run directory of its own (CNI socket, status
+// sockets, endpoint status files), and waits until it is ready and
+// serves CNI.
+func startAgent(b *testing.B, e *env) *benchAgent {
+	b.Helper()
+	run, err := os.MkdirTemp("", "cnibench") // short: unix socket paths are limited
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(run) })
+	health := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(b))
+	a := &benchAgent{socket: filepath.Join(run, "cni.sock"), statusDir: filepath.Join(run, epstatus.DirName),
+		metrics: "http://" + health + "/metrics"}
+	cmd := exec.Command(filepath.Join(e.binDir, "calico-node"), "run",
+		"--etcd-endpoints="+strings.Join(e.etcd.Endpoints, ","),
+		"--nodename="+e.node, "--ip="+nodeIPv4+"/24", "--no-default-pools",
+		"--data-dir="+b.TempDir(), "--health-addr="+health,
+		"--cni-socket="+a.socket, "--status-socket="+filepath.Join(run, "status.sock"),
+		"--bgp-status-socket="+filepath.Join(run, "bgp.sock"), "--log-level=warning")
+	cmd.Env = append(proctest.EnvWithout("CALICO_", "FELIX_", "ETCD_", "DATASTORE_TYPE=", "KUBECONFIG=", "NODENAME="),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX="+run, "CALICO_NETWORKING_BACKEND=bird", "CALICO_DATAPLANE=iptables",
+		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT")
+	a.proc = proctest.Start(b, "calico-node", cmd)
+	a.proc.WaitHTTP(b, 60*time.Second, "http://"+health+"/readiness")
+	a.proc.WaitFor(b, 30*time.Second, "CNI socket", func() bool {
+		c, err := net.Dial("unix", a.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return a
+}
+
+func (a *benchAgent) stop(b *testing.B) {
+	b.Helper()
+	if err := a.proc.Stop(20 * time.Second); err != nil {
+		b.Errorf("agent exit: %v", err)
+	}
+}
+
+type stageMean struct {
+	stage epstatus.Stage
+	mean  time.Duration
+	count int
+}
+
+// stages reads the agent's mean time to each stage of the ADDs it served.
+func (a *benchAgent) stages(b *testing.B) []stageMean {
+	b.Helper()
+	var out []stageMean
+	for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
+		epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
+		sample := fmt.Sprintf(`calico_node_endpoint_stage_seconds_%%s{stage=%q}`, st)
+		sum := proctest.Metric(b, a.metrics, fmt.Sprintf(sample, "sum"))
+		n := proctest.Metric(b, a.metrics, fmt.Sprintf(sample, "count"))
+		if n > 0 {
+			out = append(out, stageMean{st, time.Duration(sum / n * float64(time.Second)), int(n)})
+		}
+	}
+	return out
+}
