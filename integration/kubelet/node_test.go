@@ -364,10 +364,10 @@ func (a *agentProc) waitReady(t *testing.T) {
 // stop sends SIGTERM and waits (SIGKILL after 20s); idempotent.
 func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 
-// servedCNI reads the agent's calico_cni_server_requests_total{result="served"}.
+// servedCNI reads the agent's calico_cni_server_requests_total{reason="",result="served"}.
 func servedCNI(t *testing.T, health string) int {
 	t.Helper()
-	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{result="served"}`))
+	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{reason="",result="served"}`))
 }
 
 // applyPod applies a pod manifest and waits for it to run.

@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,7 +171,7 @@ func BenchmarkCNI(b *testing.B) {
 	}
 	var rows []row
 	// measure runs impls on the same pods, sequentially then 8 at a time.
-	measure := func(impls []impl) {
+	measure := func(impls []impl, afterMode func(mode string)) {
 		for _, mode := range modes {
 			// The implementations take turns, a chunk of pods each, so
 			// that the load of this shared machine drifting during the
@@ -190,6 +192,9 @@ func BenchmarkCNI(b *testing.B) {
 			for i, im := range impls {
 				rows = append(rows, row{im.name, mode.name, samples[i]})
 			}
+			if afterMode != nil {
+				afterMode(mode.name)
+			}
 		}
 	}
 
@@ -200,14 +205,28 @@ func BenchmarkCNI(b *testing.B) {
 	agentConf := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": agent.statusDir})
 	os.Setenv(cnientry.SocketEnv, agent.socket)
 	run(e.cni, agentConf, pods[:8], 1)
+	// The agent's own account of the ADDs it served, per mode.
+	last := agent.scrape(b)
+	var breakdown strings.Builder
 	measure([]impl{
 		{"calico, agent running", e.cni, agentConf, agent.socket, false},
 		{"ptp+host-local", e.cni, ptp, "none", false},
+	}, func(mode string) {
+		now := agent.scrape(b)
+		fmt.Fprintf(&breakdown, "agent-served ADD, %s: mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds), ms:\n   ", mode)
+		for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
+			epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
+			fmt.Fprintf(&breakdown, " %s %.1f", st, ms(now.mean(last, fmt.Sprintf("calico_node_endpoint_stage_seconds_%%s{stage=%q}", st))))
+		}
+		fmt.Fprintf(&breakdown, "\n    and meanwhile: %.0f iptables-restore calls of %.1f ms, %.0f ip6tables-restore calls of %.1f ms, %.0f policy applies\n",
+			now.delta(last, `calico_iptables_restore_seconds_count{family="ipv4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="ipv4"}`)),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="ipv6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="ipv6"}`)),
+			now.delta(last, `calico_dataplane_apply_latency_seconds_count`))
+		last = now
 	})
 	if b.Failed() {
 		return
 	}
-	stages := agent.stages(b)
 	agent.stop(b)
 
 	// Part 2: no agent on the node (stopped: its endpoints stay as they
@@ -224,7 +243,7 @@ func BenchmarkCNI(b *testing.B) {
 		startServer(b)
 		impls = append(impls, impl{"calico KDD, CNI server", k.cni, kddConf, os.Getenv(cnientry.SocketEnv), true})
 	}
-	measure(impls)
+	measure(impls, nil)
 	if b.Failed() {
 		return
 	}
@@ -289,10 +308,7 @@ func BenchmarkCNI(b *testing.B) {
 			}
 		}
 	}
-	fmt.Println("agent-served ADD, mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds):")
-	for _, st := range stages {
-		fmt.Printf("    %-18s %6.1f ms (%d ADDs)\n", st.stage, ms(st.mean), st.count)
-	}
+	fmt.Print(breakdown.String())
 	os.Setenv(cnientry.SocketEnv, "none")
 	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
 		ms(calicoFloor), ms(floor(filepath.Join(leanDir, "calico"))), ms(ptpFloor))
@@ -369,24 +385,39 @@ func (a *benchAgent) stop(b *testing.B) {
 	}
 }
 
-type stageMean struct {
-	stage epstatus.Stage
-	mean  time.Duration
-	count int
-}
+// metrics is one scrape of the agent's /metrics: sample line → value.
+type metrics map[string]float64
 
-// stages reads the agent's mean time to each stage of the ADDs it served.
-func (a *benchAgent) stages(b *testing.B) []stageMean {
+func (a *benchAgent) scrape(b *testing.B) metrics {
 	b.Helper()
-	var out []stageMean
-	for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
-		epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
-		sample := fmt.Sprintf(`calico_node_endpoint_stage_seconds_%%s{stage=%q}`, st)
-		sum := proctest.Metric(b, a.metrics, fmt.Sprintf(sample, "sum"))
-		n := proctest.Metric(b, a.metrics, fmt.Sprintf(sample, "count"))
-		if n > 0 {
-			out = append(out, stageMean{st, time.Duration(sum / n * float64(time.Second)), int(n)})
+	resp, err := http.Get(a.metrics)
+	if err != nil {
+		b.Fatalf("agent metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("agent metrics: %v", err)
+	}
+	m := metrics{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				m[line[:i]] = v
+			}
 		}
 	}
-	return out
+	return m
+}
+
+func (m metrics) delta(since metrics, sample string) float64 { return m[sample] - since[sample] }
+
+// mean is a histogram's mean since the earlier scrape; sample has %s
+// where "sum" or "count" goes.
+func (m metrics) mean(since metrics, sample string) time.Duration {
+	n := m.delta(since, fmt.Sprintf(sample, "count"))
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(m.delta(since, fmt.Sprintf(sample, "sum")) / n * float64(time.Second))
 }

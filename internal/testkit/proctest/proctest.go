@@ -271,7 +271,7 @@ func FreePort(t testing.TB) int {
 }
 
 // Metric reads one sample line of a Prometheus text endpoint, e.g.
-// `calico_cni_server_requests_total{result="served"}`; 0 when absent.
+// `calico_cni_server_requests_total{reason="",result="served"}`; 0 when absent.
 func Metric(t testing.TB, url, sample string) float64 {
 	t.Helper()
 	resp, err := http.Get(url)
