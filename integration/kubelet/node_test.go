@@ -232,6 +232,9 @@ func TestKubeletNode(t *testing.T) {
 	if n := servedCNI(t, agent.health); n < 8 {
 		t.Errorf("the agent served %d CNI commands, want at least the 4 ADDs and 4 DELs", n)
 	}
+	if declined := declinedCNI(t, agent.health); len(declined) > 0 {
+		t.Errorf("the agent declined CNI commands (by reason): %v", declined)
+	}
 
 	// Pods have their network at their first instruction (ready_test.go).
 	agent = checkNetworkAtStart(t, kube, filepath.Join(bins, "calicoctl"), func(env ...string) *agentProc {
@@ -368,6 +371,18 @@ func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 func servedCNI(t *testing.T, health string) int {
 	t.Helper()
 	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{reason="",result="served"}`))
+}
+
+// declinedCNI reads the agent's declined CNI commands by reason.
+func declinedCNI(t *testing.T, health string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, reason := range []string{"bad_request", "other_netns", "command", "env", "config", "ipam_delegated", "file_unreadable", "netns_not_visible"} {
+		if n := proctest.Metric(t, "http://"+health+"/metrics", fmt.Sprintf(`calico_cni_server_requests_total{reason=%q,result="declined"}`, reason)); n > 0 {
+			out[reason] = int(n)
+		}
+	}
+	return out
 }
 
 // applyPod applies a pod manifest and waits for it to run.

@@ -218,10 +218,11 @@ func BenchmarkCNI(b *testing.B) {
 			epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
 			fmt.Fprintf(&breakdown, " %s %.1f", st, ms(now.mean(last, fmt.Sprintf("calico_node_endpoint_stage_seconds_%%s{stage=%q}", st))))
 		}
-		fmt.Fprintf(&breakdown, "\n    and meanwhile: %.0f iptables-restore calls of %.1f ms, %.0f ip6tables-restore calls of %.1f ms, %.0f policy applies\n",
-			now.delta(last, `calico_iptables_restore_seconds_count{family="ipv4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="ipv4"}`)),
-			now.delta(last, `calico_iptables_restore_seconds_count{family="ipv6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="ipv6"}`)),
-			now.delta(last, `calico_dataplane_apply_latency_seconds_count`))
+		fmt.Fprintf(&breakdown, "\n    and meanwhile: %.0f policy applies of %.1f ms; iptables-restore %.0f calls of %.1f ms, ip6tables-restore %.0f of %.1f ms; ipset restore %.0f (IPv4) and %.0f (IPv6) calls\n",
+			now.delta(last, "felix_int_dataplane_apply_time_seconds_count"), ms(now.mean(last, "felix_int_dataplane_apply_time_seconds_%s")),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="4"}`)),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="6"}`)),
+			now.delta(last, `calico_ipset_restore_calls_total{family="4"}`), now.delta(last, `calico_ipset_restore_calls_total{family="6"}`))
 		last = now
 	})
 	if b.Failed() {
