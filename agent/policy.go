@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -335,13 +337,18 @@ func (p *Policy) program(ctx context.Context) error {
 		case <-time.After(d.Duration):
 		}
 	}
-	if err := p.v4.Apply(ctx, res.V4); err != nil {
-		return err
-	}
+	// The families have tables and sets of their own: programmed side
+	// by side, a change (a new pod's endpoint, which its CNI ADD waits
+	// for) costs one iptables-restore's time, not two in a row.
+	var v6err error
+	var wg sync.WaitGroup
 	if p.v6 != nil && res.V6 != nil {
-		if err := p.v6.Apply(ctx, res.V6); err != nil {
-			return err
-		}
+		wg.Go(func() { v6err = p.v6.Apply(ctx, res.V6) })
+	}
+	v4err := p.v4.Apply(ctx, res.V4)
+	wg.Wait()
+	if err := errors.Join(v4err, v6err); err != nil {
+		return err
 	}
 	if p.Programmed != nil {
 		p.Programmed(s.WorkloadEndpoints)
