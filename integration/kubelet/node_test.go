@@ -232,12 +232,17 @@ func TestKubeletNode(t *testing.T) {
 	if n := servedCNI(t, agent.health); n < 8 {
 		t.Errorf("the agent served %d CNI commands, want at least the 4 ADDs and 4 DELs", n)
 	}
-	if declined := declinedCNI(t, agent.health); len(declined) > 0 {
-		t.Errorf("the agent declined CNI commands (by reason): %v", declined)
-	}
 
 	// Pods have their network at their first instruction (ready_test.go).
 	agent = checkNetworkAtStart(t, kube, filepath.Join(bins, "calicoctl"), func(env ...string) *agentProc {
+		// Every command of the probe pods' ADDs and of their deletion
+		// (kubelet's DELs, the namespace often already gone) reached
+		// the agent and was served.
+		served, declined := servedCNI(t, agent.health), declinedCNI(t, agent.health)
+		t.Logf("the agent served %d CNI commands and declined %v", served, declined)
+		if len(declined) > 0 {
+			t.Errorf("the agent declined CNI commands (by reason): %v; served %d", declined, served)
+		}
 		if err := agent.stop(); err != nil {
 			t.Errorf("agent exit: %v", err)
 		}
