@@ -29,20 +29,29 @@ import (
 // executed through libcni as a container runtime does, for calico +
 // calico-ipam (against the real etcd binary) and, in the same run on the
 // same node, the reference ptp + host-local plugins doing the same veth
-// work. Sequentially, then with 8 pods at a time. calico runs twice: with
-// the agent's CNI server listening (as on a node running calico-node:
-// the plugin hands the command over, cnientry) and with none (the plugin
-// does all the work itself). Another row runs the same plugin code built
-// alone (testdata/cnionly): the difference to "no agent" is what starting
-// the full calico-node binary costs. The rows take turns pod by pod (chunk
-// by chunk when concurrent). It prints a latency table; run it with `make
-// bench-cni`.
+// work. Sequentially, then with 8 pods at a time. The implementations
+// take turns pod by pod (chunk by chunk when concurrent), each part beside
+// its own ptp + host-local row. It prints a latency table and the ratios;
+// run it with `make bench-cni`.
 //
-// The Kubernetes datastore has a row of its own: the same plugin with
-// "datastore_type": "kubernetes" against a real kube-apiserver (package
-// kubetest, on loopback), the agent running, on Kubernetes pods
-// (a Pod object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet
-// runs it): the plugin reads the Pod and its Namespace, allocates from
+// Part 1, the node as deployed: `calico-node run` (startAgent: the
+// iptables dataplane and BGP on, in this process's network namespace,
+// which plays the node, with a run directory of its own) serves the
+// plugin processes, which hand it each command (cnientry); ADD returns
+// once the agent has programmed the pod's policy and routes. Resident
+// pods (CNI_BENCH_RESIDENT, default 2) stay on the node throughout. The
+// agent's own record of the ADDs (calico_node_endpoint_stage_seconds)
+// and of its applies says where the time goes.
+//
+// Part 2, the agent stopped (as while it restarts): the plugin process
+// does all the work itself; the same plugin code built alone
+// (testdata/cnionly) shows what starting the full binary costs. Beside
+// it, the Kubernetes datastore: the same plugin with "datastore_type":
+// "kubernetes" against a real kube-apiserver (package kubetest, on
+// loopback), served by the agent's CNI server in this process (no
+// dataplane: the agent of part 1 is on etcd), on Kubernetes pods (a Pod
+// object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet runs
+// it): the plugin reads the Pod and its Namespace, allocates from
 // ipamblocks/blockaffinities/ipamhandles and writes the Pod's
 // cni.projectcalico.org annotations. Its pods are fresh for each mode, as
 // a new pod's sandbox is. Every container ID is 64 hex digits, as a
@@ -52,9 +61,9 @@ import (
 // whatever b.N is: percentiles need many samples of the same thing.
 // CNI_BENCH_KDD=0 leaves the Kubernetes rows out.
 func BenchmarkCNI(b *testing.B) {
-	n := 200
-	if v, err := strconv.Atoi(os.Getenv("CNI_BENCH_N")); err == nil && v > 0 {
-		n = v
+	n := envInt("CNI_BENCH_N", 200)
+	if n == 0 {
+		n = 200
 	}
 	withKDD := os.Getenv("CNI_BENCH_KDD") != "0"
 	const workers = 8
@@ -205,6 +214,17 @@ func BenchmarkCNI(b *testing.B) {
 	agentConf := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": agent.statusDir})
 	os.Setenv(cnientry.SocketEnv, agent.socket)
 	run(e.cni, agentConf, pods[:8], 1)
+	// Pods that stay on the node throughout, on the same network, as a
+	// node has them: the network's profile chains and IP sets then stay
+	// programmed, and a new pod changes only its own chains and set
+	// members. Without them (CNI_BENCH_RESIDENT=0) every ADD on the empty
+	// node also recreates those, and every DEL removes them again.
+	resident := make([]*pod, envInt("CNI_BENCH_RESIDENT", 2))
+	for i := range resident {
+		resident[i] = newPod(b)
+		resident[i].rt.ContainerID = runtimeID()
+		e.mustAdd(agentConf, resident[i])
+	}
 	// The agent's own account of the ADDs it served, per mode.
 	last := agent.scrape(b)
 	var breakdown strings.Builder
@@ -227,6 +247,9 @@ func BenchmarkCNI(b *testing.B) {
 	})
 	if b.Failed() {
 		return
+	}
+	for _, p := range resident {
+		e.mustDel(agentConf, p)
 	}
 	agent.stop(b)
 
@@ -321,6 +344,15 @@ func runtimeID() string {
 	var b [32]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// envInt is the variable's value, or def when it is unset or not a
+// number.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
 }
 
 func pct(ds []time.Duration, p int) time.Duration {
