@@ -232,13 +232,7 @@ func TestAgentServesDELWithNetNSGone(t *testing.T) {
 	srv, sock := startServerWith(t, reg)
 	t.Setenv(cnientry.SocketEnv, sock)
 	conf := e.conf("1.0.0", nil)
-	p := newPod(t)
-	e.mustAdd(conf, p)
-	p.dropPath(t)
-	veth := "cali" + p.rt.ContainerID
-	if _, err := netlink.LinkByName(veth); err != nil {
-		t.Fatalf("host veth %s gone before DEL: %v", veth, err)
-	}
+	p, veth := e.addThenDropNetNS(conf)
 	e.mustDel(conf, p)
 	e.assertNothingLeft("k8s-pod-network", p, veth)
 	if srv.Served.Load() != 2 || srv.Declined.Load() != 0 {

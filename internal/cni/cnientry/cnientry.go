@@ -28,9 +28,9 @@
 //
 // Fallback: no socket, nobody listening, a refused or failed send, a
 // connection lost before Taken (an agent stopping with the request still
-// queued), or a Declined answer: init returns and main runs the plugin in
-// this process (package cni), so CNI works while the agent is down or
-// restarting. After Taken the agent may have started the work: a lost
+// queued), or a Declined answer: init returns and package cnimain's init
+// runs the plugin in this process (package cni), so CNI works while the
+// agent is down or restarting. After Taken the agent may have started the work: a lost
 // answer is then an error the runtime retries (code 11), except for DEL,
 // which is idempotent and simply runs again here.
 package cnientry
