@@ -24,10 +24,16 @@ import (
 // (192.0.2.1/24, 2001:db8::1/64) and returns a netlink handle in it.
 func testNS(t *testing.T) *netlink.Handle {
 	t.Helper()
+	return nodeNS(t, "routes-test").Netlink(t)
+}
+
+// nodeNS is testNS's namespace, its name starting with prefix.
+func nodeNS(t *testing.T, prefix string) *netnstest.NS {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ns := netnstest.New(t, "routes-test")
+	ns := netnstest.New(t, prefix)
 	for _, args := range [][]string{
 		// No dummy driver on every kernel: a veth pair serves.
 		{"link", "add", "dummy0", "type", "veth", "peer", "name", "dummy0p"},
@@ -40,7 +46,7 @@ func testNS(t *testing.T) *netlink.Handle {
 	} {
 		ns.MustRun(t, "ip", args...)
 	}
-	return ns.Netlink(t)
+	return ns
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
