@@ -2,6 +2,7 @@ package agent
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,5 +34,31 @@ func TestPolicyOverrides(t *testing.T) {
 	}
 	if cfg.DenyAction != "REJECT" {
 		t.Errorf("deny action = %q, want the datastore's REJECT", cfg.DenyAction)
+	}
+}
+
+// TestPolicyServiceCIDRs: the default BGPConfiguration's advertised
+// service ranges reach the compiler (serviceLoopPrevention guards them);
+// a node's own BGPConfiguration does not count, as in felix.
+func TestPolicyServiceCIDRs(t *testing.T) {
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
+	bgp := func(name string, spec api.BGPConfigurationSpec) confwatch.Update {
+		c := &api.BGPConfiguration{Spec: spec}
+		c.Kind, c.Name = "BGPConfiguration", name
+		return confwatch.Update{Type: confwatch.Set, Key: confwatch.Key{Kind: "BGPConfiguration", Name: name}, Object: c}
+	}
+	p.apply([]confwatch.Update{
+		bgp("default", api.BGPConfigurationSpec{
+			ServiceClusterIPs:  []api.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}},
+			ServiceExternalIPs: []api.ServiceExternalIPBlock{{CIDR: "198.51.100.0/24"}},
+		}),
+		bgp("node.n1", api.BGPConfigurationSpec{ServiceClusterIPs: []api.ServiceClusterIPBlock{{CIDR: "10.200.0.0/16"}}}),
+	})
+	got := p.Snapshot().Config.ServiceCIDRs
+	if want := []string{"10.96.0.0/12", "198.51.100.0/24"}; !slices.Equal(got, want) {
+		t.Errorf("service CIDRs %q, want %q", got, want)
+	}
+	if !slices.Contains(PolicyKinds(), "BGPConfiguration") {
+		t.Error("the policy actor does not watch BGPConfiguration")
 	}
 }
