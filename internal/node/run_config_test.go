@@ -229,8 +229,7 @@ func (n *fullNode) cni(t *testing.T, plugin, command, netns, containerID string)
 	}
 	cmd := n.ns.Command(filepath.Join(n.bin, plugin))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID,
-		"CNI_NETNS=" + netns, "CNI_IFNAME=eth0", "CNI_PATH=" + n.bin, "CALICO_CNI_SOCKET=" + n.cniSocket,
-		"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + containerID}
+		"CNI_NETNS=" + netns, "CNI_IFNAME=eth0", "CNI_PATH=" + n.bin, "CALICO_CNI_SOCKET=" + n.cniSocket}
 	cmd.Stdin = bytes.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
