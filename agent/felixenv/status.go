@@ -72,7 +72,7 @@ var fieldStatuses = []FieldStatus{
 	{"metadataPort", NotApplicable, nil, "OpenStack only"},
 	{"openstackRegion", NotApplicable, nil, "OpenStack only"},
 	{"interfacePrefix", Honoured, nil, "workload interface prefixes of the policy rules"},
-	{"interfaceExclude", Ignored, nil, "no interface monitoring to exclude from"},
+	{"interfaceExclude", Honoured, nil, "host endpoints are never resolved to these interfaces (names or /regexp/; default kube-ipvs0); one naming such an interface gets no chains. There is no interface monitoring to exclude them from otherwise"},
 	{"chainInsertMode", Honoured, nil, "Insert puts the cali-* hooks first in the built-in chains, Append last (nat POSTROUTING always appends, as in Felix)"},
 	{"defaultEndpointToHostAction", Honoured, nil, "the final rule of cali-wl-to-host: Drop, Return or Accept"},
 	{"iptablesFilterAllowAction", Honoured, nil, "Return hands what policy allowed back to the built-in filter chains instead of accepting it (failsafe ports are still accepted, as in Felix)"},

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -223,6 +224,56 @@ func TestServiceLoopPrevention(t *testing.T) {
 			}
 			if got := ruleActions(t, f, policy.TableFilter, "cali-cidr-block"); !slices.Equal(got, tc.want) {
 				t.Errorf("cali-cidr-block:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestInterfaceExclude: a host endpoint given by expectedIPs is never
+// resolved to an excluded interface (Felix's default: kube-ipvs0, which
+// holds every Service's address, the host's too); entries are names or
+// /regular expressions/; a host endpoint naming an excluded interface gets
+// no chains, and says so.
+func TestInterfaceExclude(t *testing.T) {
+	hostIP := netip.MustParseAddr("10.0.0.10")
+	ifaces := map[string][]netip.Addr{"eth0": {hostIP}, "kube-ipvs0": {hostIP}, "ens5": {hostIP}}
+	for _, tc := range []struct {
+		name, exclude string
+		named         string // the second endpoint's interfaceName
+		want          []string
+		problem       bool
+	}{
+		{"default", "", "", []string{"ens5", "eth0"}, false},
+		{"names and expressions", "kube-ipvs0,/^e(th|ns)[0-9]$/", "", nil, false},
+		{"only a name: kube-ipvs0 no more excluded", "ens5", "", []string{"eth0", "kube-ipvs0"}, false},
+		{"named excluded interface", "", "kube-ipvs0", []string{"ens5", "eth0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &policy.Snapshot{Node: node, HostInterfaces: ifaces,
+				HostEndpoints: []api.HostEndpoint{hep("by-ip", "", nil, []string{"10.0.0.10"}, "projectcalico-default-allow")},
+				Config:        policy.ConfigFromFelix(&api.FelixConfigurationSpec{IPv6Support: ptr(false), InterfaceExclude: tc.exclude})}
+			if tc.named != "" {
+				s.HostEndpoints = append(s.HostEndpoints, hep("named", tc.named, nil, nil, "projectcalico-default-allow"))
+			}
+			res := policy.Compile(s)
+			var got []string
+			for _, tb := range res.V4.Tables() {
+				if tb.Name != policy.TableFilter {
+					continue
+				}
+				for _, c := range tb.Chains {
+					if iface, ok := strings.CutPrefix(c.Name, "cali-fh-"); ok {
+						got = append(got, iface)
+					}
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("host endpoint chains on %q, want %q", got, tc.want)
+			}
+			problem := slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "excluded by interfaceExclude") })
+			if problem != tc.problem {
+				t.Errorf("problem reported: %v, want %v (%q)", problem, tc.problem, res.Problems)
 			}
 		})
 	}

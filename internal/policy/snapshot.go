@@ -127,6 +127,11 @@ type Config struct {
 	// service): "DROP" (the default), "REJECT", or "DISABLED" to let it
 	// leave by the default route, from where BGP brings it back.
 	ServiceLoopPrevention string
+	// InterfaceExclude (interfaceExclude) are the interfaces host
+	// endpoints are never resolved to: names, or regular expressions
+	// between slashes ("/^kube/"). nil means Felix's default, kube-ipvs0
+	// (whose addresses are every Service's, not the host's).
+	InterfaceExclude []string
 	// ServiceCIDRs are the service ranges the default BGPConfiguration
 	// advertises (serviceClusterIPs, serviceExternalIPs,
 	// serviceLoadBalancerIPs): the ranges ServiceLoopPrevention guards.
@@ -237,6 +242,14 @@ func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
 		if s.NATOutgoingExclusions != nil {
 			c.NATExcludeHosts = *s.NATOutgoingExclusions == "IPPoolsAndHostIPs"
 		}
+		if s.InterfaceExclude != "" {
+			c.InterfaceExclude = nil
+			for _, e := range strings.Split(s.InterfaceExclude, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					c.InterfaceExclude = append(c.InterfaceExclude, e)
+				}
+			}
+		}
 		if s.ServiceLoopPrevention != "" {
 			c.ServiceLoopPrevention = strings.ToUpper(s.ServiceLoopPrevention)
 		}
@@ -256,6 +269,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MangleAllowAction != "RETURN" {
 		c.MangleAllowAction = "ACCEPT"
+	}
+	if c.InterfaceExclude == nil {
+		c.InterfaceExclude = []string{"kube-ipvs0"}
 	}
 	if c.FilterAllowAction != "RETURN" {
 		c.FilterAllowAction = "ACCEPT"
