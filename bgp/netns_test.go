@@ -31,9 +31,11 @@ func bgpPeerObj(name string, spec api.BGPPeerSpec) *api.BGPPeer {
 // borrowed addresses as kernel routes; an agent restart keeps its routes at
 // the peers (graceful restart); a stopped agent's routes go when the
 // restart time runs out and come back with it, and the other sessions never
-// notice.
-func TestMeshThreeNodes(t *testing.T) {
-	f := newFabric(t)
+// notice. On etcd and on the Kubernetes datastore, where the blocks are
+// ipamblocks/blockaffinities custom resources.
+func TestMeshThreeNodes(t *testing.T) { onBothDatastores(t, testMeshThreeNodes) }
+
+func testMeshThreeNodes(t *testing.T, f *fabric) {
 	f.apply(
 		poolObj("pool", "10.244.0.0/16"),
 		bgpConfigObj("default", func(s *api.BGPConfigurationSpec) {

@@ -18,12 +18,20 @@ import (
 // stays as it is (a policy written meanwhile takes no effect, iptables is
 // not touched, the pods keep their connectivity), the agent stays ready,
 // and the CNI plugin refuses new pods; `unlock` programs what changed.
+// On etcd (the source of a migration) and on the Kubernetes datastore
+// (the target, locked until the import is done).
 func TestLockedDatastore(t *testing.T) {
-	n := newNode(t)
+	t.Run("etcd", func(t *testing.T) { testLockedDatastore(t, newNode(t)) })
+	t.Run("kdd", func(t *testing.T) { testLockedDatastore(t, newKDDNode(t)) })
+}
+
+func testLockedDatastore(t *testing.T, n *node) {
 	n.apply(t, policyPool)
-	n.apply(t, namespaceProfiles)
-	n.kube.addNamespace("prod", map[string]string{"env": "prod"})
-	n.kube.addNamespace("dev", map[string]string{"env": "dev"})
+	if n.kc == nil {
+		n.apply(t, namespaceProfiles) // on KDD computed from the Namespaces
+	}
+	n.addNamespace(t, "prod", map[string]string{"env": "prod"})
+	n.addNamespace(t, "dev", map[string]string{"env": "dev"})
 	if err := listenEcho(t, 8080, 22); err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +76,8 @@ spec:
 	}
 
 	// A new pod is refused, as Calico's plugin refuses it.
-	n.kube.addPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "late"},
-		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c"}}}})
+	n.registerPod(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "late"},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "none"}}}})
 	lateNS, err := testutils.NewNS()
 	if err != nil {
 		t.Fatal(err)

@@ -290,17 +290,24 @@ func (n *node) addPod(t *testing.T, namespace, name, sa string, labels map[strin
 		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: sa,
 			Containers: []corev1.Container{{Name: "c", Image: "none", Ports: ports}}},
 	}
-	if n.kc != nil {
-		n.createKubePod(t, k8sPod)
-	} else {
-		n.kube.addPod(k8sPod)
-	}
+	n.registerPod(t, k8sPod)
 	p, err := n.cniAdd(t, namespace, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.serve(t)
 	return p
+}
+
+// registerPod makes the pod known to the Kubernetes API, fake or real, as
+// it is when kubelet asks for its network.
+func (n *node) registerPod(t testing.TB, p *corev1.Pod) {
+	t.Helper()
+	if n.kc != nil {
+		n.createKubePod(t, p)
+	} else {
+		n.kube.addPod(p)
+	}
 }
 
 // cniAdd runs CNI ADD for a pod in a new namespace as a container runtime

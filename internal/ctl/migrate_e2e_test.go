@@ -776,10 +776,22 @@ func TestMigrateImportCalicoctlExport(t *testing.T) {
 }
 
 // TestMigrateLockUnlock: lock creates the ClusterInformation a datastore
-// lacks, both verbs flip only datastoreReady, and export needs the lock.
+// lacks, both verbs flip only datastoreReady, and export needs the lock;
+// on etcd (a migration's source) and on the Kubernetes datastore (its
+// target, and the source of a migration back), where the cluster type
+// names kdd.
 func TestMigrateLockUnlock(t *testing.T) {
 	bin := filepath.Join(testbin.Dir(t), "calicoctl")
-	s := etcdSide(t, bin)
+	t.Run("etcd", func(t *testing.T) { testMigrateLockUnlock(t, etcdSide(t, bin), "") })
+	t.Run("kdd", func(t *testing.T) {
+		s, _ := kddSide(t, bin)
+		testMigrateLockUnlock(t, s, "kdd")
+	})
+}
+
+// testMigrateLockUnlock runs the lock cycle on s; clusterType is what the
+// ClusterInformation lock creates has for cluster type ("" for none).
+func testMigrateLockUnlock(t *testing.T, s *side, clusterType string) {
 	if r := s.ctl("", "datastore", "migrate", "export"); r.err == nil || !strings.Contains(r.stderr, "datastore is not locked. Run the `calicoctl datastore migrate lock` command") {
 		t.Errorf("export without ClusterInformation: %+v", r)
 	}
@@ -788,8 +800,8 @@ func TestMigrateLockUnlock(t *testing.T) {
 	}
 	s.ok("", "datastore", "migrate", "lock")
 	ci := s.clusterInfo()
-	if !s.locked() || len(ci.Spec.ClusterGUID) != 32 {
-		t.Fatalf("after lock: %+v", ci.Spec)
+	if !s.locked() || len(ci.Spec.ClusterGUID) != 32 || ci.Spec.ClusterType != clusterType {
+		t.Fatalf("after lock: %+v, want a GUID and cluster type %q", ci.Spec, clusterType)
 	}
 	s.ok("", "datastore", "migrate", "lock") // idempotent
 	if out := s.ok("", "datastore", "migrate", "export"); !strings.Contains(out, "===\n") {
