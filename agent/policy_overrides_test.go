@@ -13,11 +13,9 @@ import (
 // TestPolicyOverrides: FELIX_* settings outrank both FelixConfigurations
 // in the datastore; fields they leave unset still come from there.
 func TestPolicyOverrides(t *testing.T) {
-	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
+	p := newTestPolicy()
 	felix := func(name string, spec api.FelixConfigurationSpec) confwatch.Update {
-		fc := &api.FelixConfiguration{Spec: spec}
-		fc.Kind, fc.Name = "FelixConfiguration", name
-		return confwatch.Update{Type: confwatch.Set, Key: confwatch.Key{Kind: "FelixConfiguration", Name: name}, Object: fc}
+		return setUpdate("FelixConfiguration", name, &api.FelixConfiguration{Spec: spec})
 	}
 	p.apply([]confwatch.Update{
 		felix("default", api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Drop", IptablesFilterDenyAction: "Reject"}),
@@ -41,11 +39,9 @@ func TestPolicyOverrides(t *testing.T) {
 // service ranges reach the compiler (serviceLoopPrevention guards them);
 // a node's own BGPConfiguration does not count, as in felix.
 func TestPolicyServiceCIDRs(t *testing.T) {
-	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
+	p := newTestPolicy()
 	bgp := func(name string, spec api.BGPConfigurationSpec) confwatch.Update {
-		c := &api.BGPConfiguration{Spec: spec}
-		c.Kind, c.Name = "BGPConfiguration", name
-		return confwatch.Update{Type: confwatch.Set, Key: confwatch.Key{Kind: "BGPConfiguration", Name: name}, Object: c}
+		return setUpdate("BGPConfiguration", name, &api.BGPConfiguration{Spec: spec})
 	}
 	p.apply([]confwatch.Update{
 		bgp("default", api.BGPConfigurationSpec{
@@ -61,4 +57,15 @@ func TestPolicyServiceCIDRs(t *testing.T) {
 	if !slices.Contains(PolicyKinds(), "BGPConfiguration") {
 		t.Error("the policy actor does not watch BGPConfiguration")
 	}
+}
+
+// newTestPolicy is a policy actor of node n1 with no kernel.
+func newTestPolicy() *Policy {
+	return NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
+}
+
+// setUpdate is confwatch's update that sets o, a cluster-wide kind.
+func setUpdate(kind, name string, o api.Object) confwatch.Update {
+	o.Type().Kind, o.Meta().Name = kind, name
+	return confwatch.Update{Type: confwatch.Set, Key: confwatch.Key{Kind: kind, Name: name}, Object: o}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,17 +238,7 @@ func (n *fullNode) cni(t *testing.T, plugin, command, netns, containerID string)
 // loopback (inside its namespace); 0 when absent.
 func (n *fullNode) metric(t *testing.T, port int, sample string) float64 {
 	t.Helper()
-	body := n.scrape(t, port)
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	return 0
+	return proctest.Sample(t, n.scrape(t, port), sample)
 }
 
 // scrape returns the /metrics text of a port on the node's loopback.

@@ -2,9 +2,7 @@ package policy_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -21,17 +19,7 @@ import (
 // cali-cidr-block. Needs root, unshare, nsenter, bash, ip, ipset and
 // iptables.
 func TestKernelServiceLoopPrevention(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	for _, bin := range []string{"unshare", "nsenter", "bash", "ip", "ipset", "iptables-restore", "iptables-save"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("needs %s", bin)
-		}
-	}
-	if err := exec.Command("unshare", "-n", "true").Run(); err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
+	needNetns(t, "nsenter", "bash", "ip", "ipset", "iptables-restore", "iptables-save")
 	for _, tc := range []struct {
 		prevention string
 		looped     int // packets back at the peer
@@ -47,33 +35,10 @@ func TestKernelServiceLoopPrevention(t *testing.T) {
 				ServiceClusterIPs: []api.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}},
 			})
 			res := policy.Compile(s)
-			dir := t.TempDir()
-			write := func(name, content string) string {
-				p := filepath.Join(dir, name)
-				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-			script := "set -e\n" +
-				"ipset restore -f " + write("sets", policy.RenderIPSets(res.V4.IPSets, 0)) + "\n"
-			for _, tbl := range res.V4.Tables() {
-				script += "iptables-restore --noflush " + write(tbl.Name, policy.Render(tbl.Name, tbl.Chains, tbl.Hooks...)) + "\n"
-			}
-			script += `
-ip link set lo up
+			script := loadFamily(t, res.V4)
+			script += peerScript + `
 echo 1 > /proc/sys/net/ipv4/ip_forward
-unshare -n sleep 60 & peer=$!
-trap 'kill $peer' EXIT
-sleep 0.2
-inpeer() { nsenter -t $peer -n "$@"; }
-ip link add eth0 type veth peer name eth0 netns $peer
-ip addr add 10.0.0.10/24 dev eth0
-ip link set eth0 up
 ip route add default via 10.0.0.11
-inpeer ip addr add 10.0.0.11/24 dev eth0
-inpeer ip link set lo up
-inpeer ip link set eth0 up
 inpeer ip route add 10.96.0.0/12 via 10.0.0.10
 inpeer iptables -t raw -A PREROUTING -i eth0 -d 10.96.0.10 -j ACCEPT
 sleep 1
