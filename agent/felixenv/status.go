@@ -120,7 +120,7 @@ var fieldStatuses = []FieldStatus{
 	{"natPortRange", Honoured, nil, "--to-ports on natOutgoing TCP and UDP"},
 	{"natOutgoingAddress", Honoured, nil, "SNAT to this address instead of MASQUERADE"},
 	{"natOutgoingExclusions", Honoured, nil, "IPPoolsAndHostIPs also exempts traffic to the cluster's hosts (the all-hosts-net IP set of each family)"},
-	{"deviceRouteSourceAddress", Honoured, nil, "the src of the IPv4 routes to workloads (a route keeps its src until rewritten when the field is unset again)"},
+	{"deviceRouteSourceAddress", Honoured, nil, "the src of the IPv4 routes to workloads"},
 	{"deviceRouteSourceAddressIPv6", Honoured, nil, "the src of the IPv6 routes to workloads"},
 	{"deviceRouteProtocol", Partly, []string{"80"}, "calico-node's routes use protocol 80"},
 	{"removeExternalRoutes", Honoured, nil, "true (unset): the full route resync also removes other protocols' unwanted routes to workload interfaces (interfacePrefix), not the kernel's own; false: only protocol 80 routes are removed"},

@@ -772,5 +772,7 @@ func matches(cur netlink.Route, want *netlink.Route) bool {
 		cur.Gw.Equal(want.Gw) &&
 		scopeOK &&
 		cur.Priority == prio &&
-		(want.Src == nil || cur.Src.Equal(want.Src))
+		// A src the route should no longer have is a difference too
+		// (deviceRouteSourceAddress unset): no other route of ours has one.
+		cur.Src.Equal(want.Src)
 }

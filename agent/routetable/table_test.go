@@ -496,3 +496,34 @@ func TestRemoveExternalRoutes(t *testing.T) {
 		t.Error("the kernel's IPv6 link-local route of the workload interface was removed")
 	}
 }
+
+// TestRouteSource: a route's src (deviceRouteSourceAddress) is written,
+// and taken away again by a full reconcile (an agent started after the
+// field was unset).
+func TestRouteSource(t *testing.T) {
+	nl := testNS(t)
+	src := func() string {
+		_, n, _ := net.ParseCIDR("10.244.0.9/32")
+		rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: n}, netlink.RT_FILTER_DST)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("route to 10.244.0.9: %v %v", rs, err)
+		}
+		return rs[0].Src.String()
+	}
+	for _, tc := range []struct {
+		src  netip.Addr
+		want string
+	}{
+		{netip.MustParseAddr("192.0.2.1"), "192.0.2.1"},
+		{netip.Addr{}, "<nil>"},
+	} {
+		tbl := New(nl, time.Hour, quiet())
+		tbl.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "dummy0", Src: tc.src}})
+		if err := tbl.Reconcile(); err != nil {
+			t.Fatal(err)
+		}
+		if got := src(); got != tc.want {
+			t.Errorf("src %v: the kernel's route has src %s, want %s", tc.src, got, tc.want)
+		}
+	}
+}
