@@ -47,6 +47,19 @@
 // route table ones; MetricsServer serves a registry on an address its
 // configuration names, following it at runtime.
 //
+// Subpackages, the kernel parts internal/node wires into these actors and
+// the pure pieces they share:
+//
+//	routes/      the route values a producer hands the route table
+//	routetable/  the one owner of this node's kernel routes (diff and apply)
+//	routeproto/  the route protocol number that marks the routes we own
+//	xtables/     the iptables and ipset programmers (read back, diff, one
+//	             iptables-restore)
+//	overlay/     VXLAN and IP-in-IP: devices, tunnel addresses, block routes
+//	epstatus/    which endpoints are programmed (what CNI ADD waits on)
+//	felixenv/    the FELIX_* environment and which fields take effect
+//	refresh/     the periodic full-resync tick whose period may change
+//
 // Thread safety: each actor's state is owned by its Run goroutine;
 // SetRefreshInterval and SetMetricsConfig may be called from any
 // goroutine.

@@ -78,6 +78,15 @@ func TestDeviceRouteSource(t *testing.T) {
 
 type fakeSource struct{ events chan datastore.Event }
 
+// runWatcher runs a confwatch.Watcher over a fakeSource until cancel.
+func runWatcher() (context.Context, context.CancelFunc, *fakeSource, *confwatch.Watcher) {
+	src := &fakeSource{events: make(chan datastore.Event, 10)}
+	w := confwatch.New(src, quiet(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go w.Run(ctx)
+	return ctx, cancel, src, w
+}
+
 func (f *fakeSource) List(ctx context.Context, kind, ns string) ([]api.Object, int64, error) {
 	if kind == "WorkloadEndpoint" {
 		return []api.Object{wep("n1", "a", "cali1", 2, "10.0.0.1/32"), wep("n2", "x", "cali9", 3, "10.0.9.1/32")}, 5, nil
@@ -131,11 +140,8 @@ func (s *sink) wait(t *testing.T, source string, want ...string) {
 // Only this node's endpoints become routes; updates and deletes follow;
 // sysctls are written for each local interface that exists.
 func TestEndpointsActor(t *testing.T) {
-	src := &fakeSource{events: make(chan datastore.Event, 10)}
-	w := confwatch.New(src, quiet(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, src, w := runWatcher()
 	defer cancel()
-	go w.Run(ctx)
 	s := &sink{got: map[string][]routes.Route{}, ch: make(chan struct{}, 1)}
 	var mu sync.Mutex
 	written := map[string]string{}
@@ -187,11 +193,8 @@ func TestEndpointsRefresh(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &fakeSource{events: make(chan datastore.Event, 10)}
-			w := confwatch.New(src, quiet(), nil)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel, src, w := runWatcher()
 			defer cancel()
-			go w.Run(ctx)
 			var mu sync.Mutex
 			writes := map[string]int{}
 			vethUp := false

@@ -197,11 +197,8 @@ func TestFelixConfigFollowsDatastore(t *testing.T) {
 // FELIX_* settings outrank both FelixConfigurations; a level given by
 // flag or environment (Level nil) is left alone.
 func TestFelixConfigEnvironmentWins(t *testing.T) {
-	src := &fakeSource{events: make(chan datastore.Event, 10)}
-	w := confwatch.New(src, quiet(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, src, w := runWatcher()
 	defer cancel()
-	go w.Run(ctx)
 	logs := &proctest.Log{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	rec := &recorder{}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/agent/xtables"
-	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -45,11 +44,8 @@ func TestIPv6SupportFalse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := netnstest.New(t, "agent-ipv6")
 			r := nsExec{ns.Name}
-			src := &fakeSource{events: make(chan datastore.Event, 10)}
-			w := confwatch.New(src, quiet(), nil)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel, src, w := runWatcher()
 			defer cancel()
-			go w.Run(ctx)
 			fc := felixConfig("node.n1", api.FelixConfigurationSpec{IPv6Support: tc.ipv6})
 			fc.ResourceVersion = "6"
 			src.events <- datastore.Event{Type: datastore.Added, Object: fc, Revision: 6}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routetable"
 	"github.com/projectcalico/calico-node/agent/xtables"
-	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -171,11 +170,8 @@ func value(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // policy selecting local endpoints is active; a failed apply counts as a
 // dataplane failure; each apply after the first is timed.
 func TestFelixMetricsFollowTheDataplane(t *testing.T) {
-	src := &fakeSource{events: make(chan datastore.Event, 10)}
-	w := confwatch.New(src, quiet(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, src, w := runWatcher()
 	defer cancel()
-	go w.Run(ctx)
 	reg := prometheus.NewPedanticRegistry()
 	v4 := &failingApplier{}
 	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Hour, Registerer: reg, Logger: quiet()}, w, v4, nil)
@@ -365,11 +361,8 @@ func (r *fakeRuntime) get() []string {
 // felixconfig health detail until it is removed; the metrics port and Go
 // runtime settings follow the datastore.
 func TestFelixConfigReportsUnhonouredFields(t *testing.T) {
-	src := &fakeSource{events: make(chan datastore.Event, 10)}
-	w := confwatch.New(src, quiet(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, src, w := runWatcher()
 	defer cancel()
-	go w.Run(ctx)
 	logs := &proctest.Log{}
 	health, metrics, rt := &fakeHealth{}, &fakeMetrics{}, &fakeRuntime{}
 	fc := NewFelixConfig(FelixConfigOptions{Node: "n1", Health: health, Metrics: metrics, Runtime: rt}, w, slog.New(slog.NewTextHandler(logs, nil)))

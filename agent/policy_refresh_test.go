@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -30,11 +29,8 @@ func TestPolicyRefreshIntervalFromFelixConfiguration(t *testing.T) {
 		f.Spec.IptablesRefreshInterval = &api.Duration{Duration: d}
 		return f
 	}
-	src := &fakeSource{events: make(chan datastore.Event, 10)}
-	w := confwatch.New(src, quiet(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, src, w := runWatcher()
 	defer cancel()
-	go w.Run(ctx)
 	v4 := &countingApplier{}
 	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Hour, Logger: quiet()}, w, v4, nil)
 	go p.Run(ctx)

@@ -132,12 +132,7 @@ func TestBIRDBGPFilter(t *testing.T) {
 		}),
 		peer,
 	)
-	tor := f.host("tor", "192.0.2.1")
-	h1, h2 := f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
-	b := f.bird(tor, `
-log stderr all;
-router id 192.0.2.1;
-protocol device { }
+	_, b, h1, h2, _, _ := torFabric(t, f, `
 protocol static tor_routes {
   ipv4;
   route 10.244.200.0/24 blackhole;
@@ -147,13 +142,7 @@ template bgp node {
   local 192.0.2.1 as 65000;
   ipv4 { import all; export where source = RTS_STATIC; };
 }
-`+birdNeighbors(h1, h2))
-	a1, a2 := f.agent(h1, "n1"), f.agent(h2, "n2")
-	a1.waitSessions(t, 60*time.Second, "192.0.2.1", "192.0.2.12")
-	a2.waitSessions(t, 30*time.Second, "192.0.2.1", "192.0.2.11")
-	b.waitEstablished(t, 10*time.Second, "n1", "n2")
-	f.affine("n1", "10.244.1.0/26")
-	f.affine("n2", "10.244.2.0/26")
+`)
 
 	torRoutes := func() string { return b.ctl(t, "show", "route") }
 	waitBIRD := func(what string, ok func(string) bool) {

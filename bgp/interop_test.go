@@ -22,6 +22,25 @@ func birdNeighbors(hosts ...*host) string {
 	return b.String()
 }
 
+// torFabric is the fabric several tests share: a BIRD ToR ("tor",
+// 192.0.2.1, AS 65000) whose configuration is Calico's preamble, body and
+// one eBGP session per node, and agents n1 and n2 (192.0.2.11 and .12)
+// with their sessions up and each node affine to its block (10.244.1.0/26,
+// 10.244.2.0/26). body holds BIRD's routes and its "node" template.
+func torFabric(t *testing.T, f *fabric, body string) (tor *host, b *bird, h1, h2 *host, a1, a2 *agent) {
+	t.Helper()
+	tor = f.host("tor", "192.0.2.1")
+	h1, h2 = f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
+	b = f.bird(tor, "\nlog stderr all;\nrouter id 192.0.2.1;\nprotocol device { }\n"+body+birdNeighbors(h1, h2))
+	a1, a2 = f.agent(h1, "n1"), f.agent(h2, "n2")
+	a1.waitSessions(t, 60*time.Second, "192.0.2.1", "192.0.2.12")
+	a2.waitSessions(t, 30*time.Second, "192.0.2.1", "192.0.2.11")
+	b.waitEstablished(t, 10*time.Second, "n1", "n2")
+	f.affine("n1", "10.244.1.0/26")
+	f.affine("n2", "10.244.2.0/26")
+	return tor, b, h1, h2, a1, a2
+}
+
 // TestBIRDRouteReflector: with the mesh off, the nodes peer only with a
 // BIRD route reflector, and get each other's blocks through it.
 func TestBIRDRouteReflector(t *testing.T) {
@@ -79,12 +98,7 @@ func testBIRDExternalPeer(t *testing.T, f *fabric) {
 		poolObj("pool", "10.244.0.0/16"),
 		bgpPeerObj("tor", api.BGPPeerSpec{PeerIP: "192.0.2.1", ASNumber: 65000}),
 	)
-	tor := f.host("tor", "192.0.2.1")
-	h1, h2 := f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
-	b := f.bird(tor, `
-log stderr all;
-router id 192.0.2.1;
-protocol device { }
+	tor, b, h1, h2, _, _ := torFabric(t, f, `
 protocol direct { ipv4; }
 protocol kernel { ipv4 { export where source = RTS_BGP; }; }
 protocol static tor_routes {
@@ -97,14 +111,7 @@ template bgp node {
   graceful restart on;
   ipv4 { import all; export where source = RTS_STATIC; };
 }
-`+birdNeighbors(h1, h2))
-	a1, a2 := f.agent(h1, "n1"), f.agent(h2, "n2")
-	a1.waitSessions(t, 60*time.Second, "192.0.2.1", "192.0.2.12")
-	a2.waitSessions(t, 30*time.Second, "192.0.2.1", "192.0.2.11")
-	b.waitEstablished(t, 10*time.Second, "n1", "n2")
-
-	f.affine("n1", "10.244.1.0/26")
-	f.affine("n2", "10.244.2.0/26")
+`)
 	// The ToR learns each node's block from that node...
 	deadline := time.Now().Add(20 * time.Second)
 	for {

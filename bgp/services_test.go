@@ -2,16 +2,12 @@ package bgp
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,57 +193,6 @@ func TestServiceRanges(t *testing.T) {
 	}
 }
 
-// proxyAPIServer makes the API server at addr (127.0.0.1:port of this
-// process's namespace) answer on the same address inside the network
-// namespace ns, so that an agent there uses the unchanged kubeconfig.
-func proxyAPIServer(t *testing.T, ns, addr string) {
-	t.Helper()
-	l := func() net.Listener {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			t.Fatal(err)
-		}
-		l, lerr := net.Listen("tcp", addr)
-		if err := netns.Set(orig); err != nil {
-			panic("cannot return to the test's network namespace: " + err.Error()) // the thread stays locked and dies
-		}
-		runtime.UnlockOSThread()
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
-		return l
-	}()
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go io.Copy(up, c)
-				io.Copy(c, up)
-			}()
-		}
-	}()
-}
-
 // birdPrefixes are the prefixes BIRD learned over its protocol proto.
 func birdPrefixes(t *testing.T, b *bird, proto string) []string {
 	t.Helper()
@@ -332,9 +277,10 @@ func TestBIRDServiceAdvertisement(t *testing.T) {
 
 	tor := f.host("tor", "192.0.2.1")
 	h1, h2 := f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
-	apiAddr := strings.TrimPrefix(kube.URL, "https://")
-	proxyAPIServer(t, h1.ns, apiAddr)
-	proxyAPIServer(t, h2.ns, apiAddr)
+	// The agents in the nodes' namespaces reach the API server at its own
+	// address, so that they use the unchanged kubeconfig.
+	kube.RelayInto(t, "/var/run/netns/"+h1.ns)
+	kube.RelayInto(t, "/var/run/netns/"+h2.ns)
 	b := f.bird(tor, `
 log stderr all;
 router id 192.0.2.1;

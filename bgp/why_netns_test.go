@@ -112,12 +112,7 @@ func TestBIRDRoutesAndWhy(t *testing.T) {
 		}),
 		bgpPeerObj("tor", api.BGPPeerSpec{PeerIP: "192.0.2.1", ASNumber: 65000, Filters: []string{"tor-filter"}}),
 	)
-	tor := f.host("tor", "192.0.2.1")
-	h1, h2 := f.host("n1", "192.0.2.11"), f.host("n2", "192.0.2.12")
-	b := f.bird(tor, `
-log stderr all;
-router id 192.0.2.1;
-protocol device { }
+	_, b, h1, _, a1, a2 := torFabric(t, f, `
 protocol static tor_routes {
   ipv4;
   route 10.244.200.0/24 blackhole;
@@ -135,13 +130,7 @@ template bgp node {
   graceful restart on;
   ipv4 { import all; export filter to_nodes; };
 }
-`+birdNeighbors(h1, h2))
-	a1, a2 := f.agent(h1, "n1"), f.agent(h2, "n2")
-	a1.waitSessions(t, 60*time.Second, "192.0.2.1", "192.0.2.12")
-	a2.waitSessions(t, 30*time.Second, "192.0.2.1", "192.0.2.11")
-	b.waitEstablished(t, 10*time.Second, "n1", "n2")
-	f.affine("n1", "10.244.1.0/26")
-	f.affine("n2", "10.244.2.0/26")
+`)
 	waitRoutes(t, h1, 20*time.Second, map[string]string{
 		"10.244.1.0/26": "blackhole", "10.244.2.0/26": "via 192.0.2.12", "203.0.113.0/24": "via 192.0.2.1"})
 

@@ -3,7 +3,6 @@ package confwatch
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // The simulated agents of the KDD scale harness (kddscale_test.go) run in
@@ -78,19 +78,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// lineWriter serialises the agents' report lines onto stdout.
-type lineWriter struct {
-	mu sync.Mutex
-	w  *bufio.Writer
-}
-
-func (l *lineWriter) printf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, format+"\n", args...)
-	l.w.Flush()
-}
-
 func agentProcessMain(firstArg string) int {
 	if firstArg == "hub" {
 		return hubProcessMain()
@@ -100,7 +87,7 @@ func agentProcessMain(firstArg string) int {
 		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", agentEnv, firstArg, err)
 		return 2
 	}
-	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	out := scaletest.Stdout()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var agents []*simAgent
@@ -138,7 +125,7 @@ func agentProcessMain(firstArg string) int {
 // hubProcessMain runs the fan-out: one Watcher over the Kubernetes API,
 // served on a loopback port, until stdin closes.
 func hubProcessMain() int {
-	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	out := scaletest.Stdout()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("hub", true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -147,13 +134,13 @@ func hubProcessMain() int {
 		APIEndpoint: os.Getenv(agentAPIEnv), CAFile: os.Getenv(agentCAEnv), Token: os.Getenv(agentTokensEnv),
 	}})
 	if err != nil {
-		out.printf("error -1 %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		out.Printf("error -1 %s", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
 	defer store.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		out.printf("error -1 %v", err)
+		out.Printf("error -1 %v", err)
 		return 1
 	}
 	reg := prometheus.NewRegistry()
@@ -162,14 +149,14 @@ func hubProcessMain() int {
 	go w.Run(ctx)
 	go srv.Run(ctx)
 	<-w.Synced()
-	out.printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
+	out.Printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		if sc.Text() == "stats" {
 			mfs, _ := reg.Gather()
 			for _, mf := range mfs {
 				if mf.GetName() == "calico_confwatch_server_sent_bytes_total" {
-					out.printf("hubsent %.0f", mf.GetMetric()[0].GetCounter().GetValue())
+					out.Printf("hubsent %.0f", mf.GetMetric()[0].GetCounter().GetValue())
 				}
 			}
 		}
@@ -178,31 +165,16 @@ func hubProcessMain() int {
 }
 
 // connectKDD retries kdd.New until the API server answers, as
-// `calico-node run` does at start: a hundred agents starting at once on
-// two cores can miss its first deadline. Configuration errors end it.
+// `calico-node run` does at start; configuration errors end it.
 func connectKDD(ctx context.Context, cfg datastore.Config) (*kdd.Store, error) {
-	backoff := 200 * time.Millisecond
-	for {
-		store, err := kdd.New(ctx, cfg)
-		var cfgErr *datastore.ConfigError
-		if err == nil || errors.As(err, &cfgErr) || ctx.Err() != nil {
-			return store, err
-		}
-		cfg.Logger.Warn("Kubernetes API not reachable, retrying", "err", err, "backoff", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	return scaletest.Connect(ctx, cfg.Logger, "Kubernetes API", func(ctx context.Context) (*kdd.Store, error) { return kdd.New(ctx, cfg) })
 }
 
 // simAgent is one simulated calico-node: its own kdd.Store (HTTP
 // connection, watches) and confwatch.Watcher.
 type simAgent struct {
 	id  int
-	out *lineWriter
+	out *scaletest.LineWriter
 
 	mu        sync.Mutex
 	updates   int64
@@ -214,20 +186,18 @@ type simAgent struct {
 	kvUpdates atomic.Int64               // IPAM puts and deletes received
 }
 
-func newSimAgent(id int, out *lineWriter) *simAgent {
+func newSimAgent(id int, out *scaletest.LineWriter) *simAgent {
 	return &simAgent{id: id, out: out, gens: map[string]int{}, expect: map[string]int{},
 		burst: map[string]map[string]bool{}, reported: map[string]bool{}}
 }
 
 func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
-	logger := slog.New(countingHandler{
-		next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), n: &a.warnings,
-	}).With("agent", a.id)
+	logger := scaletest.CountingLogger(&a.warnings).With("agent", a.id)
 	cfg.Logger = logger
 	start := time.Now()
 	store, err := connectKDD(ctx, cfg)
 	if err != nil {
-		a.out.printf("error %d %s", a.id, strings.ReplaceAll(err.Error(), "\n", " "))
+		a.out.Printf("error %d %s", a.id, strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}
 	defer store.Close()
@@ -255,7 +225,7 @@ func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
 	// WatchBlocks hands out coalesced snapshots: its events are counted
 	// on their way in.
 	go func() {
-		for range ipam.WatchBlocks(ctx, countingKV{KV: kv, n: &a.kvUpdates}, logger) {
+		for range ipam.WatchBlocks(ctx, scaletest.CountingKV{KV: kv, N: &a.kvUpdates}, logger) {
 		}
 	}()
 	// One subscription to every kind: what the agent's consumers (policy,
@@ -266,7 +236,7 @@ func (a *simAgent) run(ctx context.Context, cfg datastore.Config) {
 	case <-ctx.Done():
 		return
 	}
-	a.out.printf("synced %d %d %d", a.id, start.UnixNano(), time.Now().UnixNano())
+	a.out.Printf("synced %d %d %d", a.id, start.UnixNano(), time.Now().UnixNano())
 	snapshot := true
 	for {
 		ups, err := sub.Next(ctx)
@@ -308,7 +278,7 @@ func (a *simAgent) apply(ups []Update, count bool, now time.Time) {
 		if g, ok := labels[probeLabel]; ok && probe != "" {
 			if gen, err := strconv.Atoi(g); err == nil && gen > a.gens[probe] {
 				a.gens[probe] = gen
-				a.out.printf("seen %d %s %d %d", a.id, probe, gen, now.UnixNano())
+				a.out.Printf("seen %d %s %d %d", a.id, probe, gen, now.UnixNano())
 			}
 		}
 	}
@@ -325,61 +295,12 @@ func (a *simAgent) checkBurstLocked(id string, now time.Time) {
 	n, ok := a.expect[id]
 	if ok && !a.reported[id] && len(a.burst[id]) >= n {
 		a.reported[id] = true
-		a.out.printf("burst %d %s %d", a.id, id, now.UnixNano())
+		a.out.Printf("burst %d %s %d", a.id, id, now.UnixNano())
 	}
 }
 
 func (a *simAgent) report(heap uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.out.printf("stats %d %d %d %d", a.id, a.updates+a.kvUpdates.Load(), a.warnings.Load(), heap)
-}
-
-// countingKV counts the puts and deletes its watches deliver.
-type countingKV struct {
-	datastore.KV
-	n *atomic.Int64
-}
-
-func (k countingKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
-	in := k.KV.Watch(ctx, prefix)
-	out := make(chan datastore.KVEvent)
-	go func() {
-		defer close(out)
-		for ev := range in {
-			if ev.Type == datastore.KVPut || ev.Type == datastore.KVDelete {
-				k.n.Add(1)
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// countingHandler counts the records it passes on: a watch that fails or
-// relists logs a warning, which the harness reports.
-type countingHandler struct {
-	next slog.Handler
-	n    *atomic.Int64
-}
-
-func (h countingHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.next.Enabled(ctx, l)
-}
-
-func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.n.Add(1)
-	return h.next.Handle(ctx, r)
-}
-
-func (h countingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return countingHandler{next: h.next.WithAttrs(attrs), n: h.n}
-}
-
-func (h countingHandler) WithGroup(name string) slog.Handler {
-	return countingHandler{next: h.next.WithGroup(name), n: h.n}
+	a.out.Printf("stats %d %d %d %d", a.id, a.updates+a.kvUpdates.Load(), a.warnings.Load(), heap)
 }

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -114,34 +114,8 @@ func (c *kddCluster) warmUp(tb testing.TB) {
 // first error.
 func parallel(tb testing.TB, n int, fn func(i int) error) {
 	tb.Helper()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		next  = make(chan int)
-	)
-	for range min(seedWorkers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		tb.Fatal(first)
+	if err := scaletest.Parallel(seedWorkers, n, fn); err != nil {
+		tb.Fatal(err)
 	}
 }
 

@@ -1,15 +1,12 @@
 package confwatch
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +21,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // The KDD scale harness: K simulated agents (kddscale_agent_test.go), each
@@ -131,11 +129,11 @@ func BenchmarkKDDScale(b *testing.B) {
 func (r scaleRun) report(b *testing.B) {
 	pre := fmt.Sprintf("K%d-%s-", r.k, r.mode)
 	b.ReportMetric(r.watches, pre+"watches")
-	b.ReportMetric(ms(r.syncAll), pre+"sync-all-ms")
-	b.ReportMetric(ms(pct(r.gnpAll, 0.5)), pre+"gnp-p50-ms")
-	b.ReportMetric(ms(pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
-	b.ReportMetric(ms(pct(r.podAll, 0.5)), pre+"pod-p50-ms")
-	b.ReportMetric(ms(pct(r.podAll, 0.99)), pre+"pod-p99-ms")
+	b.ReportMetric(scaletest.Ms(r.syncAll), pre+"sync-all-ms")
+	b.ReportMetric(scaletest.Ms(scaletest.Pct(r.gnpAll, 0.5)), pre+"gnp-p50-ms")
+	b.ReportMetric(scaletest.Ms(scaletest.Pct(r.gnpAll, 0.99)), pre+"gnp-p99-ms")
+	b.ReportMetric(scaletest.Ms(scaletest.Pct(r.podAll, 0.5)), pre+"pod-p50-ms")
+	b.ReportMetric(scaletest.Ms(scaletest.Pct(r.podAll, 0.99)), pre+"pod-p99-ms")
 	b.ReportMetric(r.burst.deliveredPerSec(r.k), pre+"labels-changes*agents/s")
 	b.ReportMetric(r.churn.deliveredPerSec(r.k), pre+"churn-changes*agents/s")
 	b.ReportMetric(float64(r.apiRSSAfter)/1024, pre+"apiserver-MB")
@@ -253,21 +251,8 @@ type scaleRun struct {
 
 func (r scaleRun) watchesPerAgent() float64 { return r.watches / float64(r.k) }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// pct is the q-quantile of ds (nearest rank); 0 for none.
-func pct(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
 func dist(ds []time.Duration) string {
-	return fmt.Sprintf("p50 %.1f / p99 %.1f / max %.1f ms", ms(pct(ds, 0.5)), ms(pct(ds, 0.99)), ms(pct(ds, 1)))
+	return fmt.Sprintf("p50 %.1f / p99 %.1f / max %.1f ms", scaletest.Ms(scaletest.Pct(ds, 0.5)), scaletest.Ms(scaletest.Pct(ds, 0.99)), scaletest.Ms(scaletest.Pct(ds, 1)))
 }
 
 func (r scaleRun) table() string {
@@ -291,11 +276,11 @@ func (r scaleRun) table() string {
 	}
 	row("watches held", "%v (%.1f per agent): %s", r.watches, r.watchesPerAgent(), strings.Join(byRes, ", "))
 	row("LIST requests at start", "%v (%.1f per agent); pod lists sent: %.1f MB each on average (gzip)", r.lists, r.lists/float64(r.k), r.podListBytes/(1<<20))
-	row("launch → all in sync", "%.0f ms", ms(r.syncAll))
+	row("launch → all in sync", "%.0f ms", scaletest.Ms(r.syncAll))
 	row("per agent: connect → in sync", "%s", dist(r.syncEach))
-	row("API server CPU, start-up", "%.2f s (%.1f ms per agent)", r.startCPU.Seconds(), ms(r.startCPU)/float64(r.k))
-	row("agent CPU, start-up", "%.1f ms per agent", ms(r.agentsCPU)/float64(r.k))
-	row("etcd (+ harness) CPU, start-up", "%.2f s (%.1f ms per agent)", r.etcdStartCPU.Seconds(), ms(r.etcdStartCPU)/float64(r.k))
+	row("API server CPU, start-up", "%.2f s (%.1f ms per agent)", r.startCPU.Seconds(), scaletest.Ms(r.startCPU)/float64(r.k))
+	row("agent CPU, start-up", "%.1f ms per agent", scaletest.Ms(r.agentsCPU)/float64(r.k))
+	row("etcd (+ harness) CPU, start-up", "%.2f s (%.1f ms per agent)", r.etcdStartCPU.Seconds(), scaletest.Ms(r.etcdStartCPU)/float64(r.k))
 	row("API server RSS", "%.0f MB before, %.0f MB with the agents (+%.1f MB, %.0f KB per agent)",
 		float64(r.apiRSSBefore)/1024, float64(r.apiRSSAfter)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/1024, float64(r.apiRSSAfter-r.apiRSSBefore)/float64(r.k))
 	row("API server heap in use, goroutines", "%.0f MB before, %.0f MB with the agents; +%v goroutines (%.1f per watch)",
@@ -312,18 +297,18 @@ func (r scaleRun) table() string {
 		phase
 	}{{"labels: pods relabelled", r.burst}, {"churn: pods started (IPAM, create, status)", r.churn}} {
 		row(ph.name, "%d by %d writers in %.0f ms; all agents have all after %.0f ms: %.0f changes/s × agents",
-			ph.n, seedWorkers, ms(ph.write), ms(ph.all), ph.deliveredPerSec(r.k))
+			ph.n, seedWorkers, scaletest.Ms(ph.write), scaletest.Ms(ph.all), ph.deliveredPerSec(r.k))
 		row("… updates the agents received, watch events the API server sent", "%d (%.1f per change per agent), %v", ph.updates,
 			float64(ph.updates)/float64(max(1, ph.n*r.k)), ph.events)
 		row("… CPU: API server, etcd (+ writers), fan-out", "%.2f s (%.1f µs per update received), %.2f s, %.2f s (%.1f µs per update received)",
 			ph.apiCPU.Seconds(), ph.perUpdate(ph.apiCPU), ph.etcd.Seconds(), ph.hub.Seconds(), ph.perUpdate(ph.hub))
-		row("… CPU: agents", "%.1f ms per agent (%.0f µs per update)", ms(ph.agents)/float64(r.k), ph.perUpdate(ph.agents))
+		row("… CPU: agents", "%.1f ms per agent (%.0f µs per update)", scaletest.Ms(ph.agents)/float64(r.k), ph.perUpdate(ph.agents))
 	}
 	row("updates received / warnings / watchers terminated", "%d / %d / %v", r.updates, r.warnings, r.terminated)
 	if r.mode == "fanout" {
-		row("fan-out process: start → in sync, RSS", "%.0f ms, %.1f MB once the agents are in sync", ms(r.hubSync), float64(r.hubRSS)/1024)
+		row("fan-out process: start → in sync, RSS", "%.0f ms, %.1f MB once the agents are in sync", scaletest.Ms(r.hubSync), float64(r.hubRSS)/1024)
 		row("fan-out snapshot per agent", "%.1f MB", r.hubSnapshot/(1<<20))
-		row("fan-out CPU, agents' start-up", "%.2f s (%.1f ms per agent)", r.hubStartCPU.Seconds(), ms(r.hubStartCPU)/float64(r.k))
+		row("fan-out CPU, agents' start-up", "%.2f s (%.1f ms per agent)", r.hubStartCPU.Seconds(), scaletest.Ms(r.hubStartCPU)/float64(r.k))
 	}
 	return sb.String()
 }
@@ -342,9 +327,9 @@ func summaryTable(runs []scaleRun) string {
 			sum += v
 		}
 		fmt.Fprintf(&sb, "| %d | %s | %v | %.0f | %.2f | %.1f | %.1f / %.1f | %.1f / %.1f | %.0f | %.1f / %.1f | %.0f | %.1f / %.1f |\n",
-			r.k, r.mode, r.watches, ms(r.syncAll), r.startCPU.Seconds(),
+			r.k, r.mode, r.watches, scaletest.Ms(r.syncAll), r.startCPU.Seconds(),
 			float64(sum)/float64(max(1, len(r.agentRSS)))/1024,
-			ms(pct(r.gnpAll, 0.5)), ms(pct(r.gnpAll, 0.99)), ms(pct(r.podAll, 0.5)), ms(pct(r.podAll, 0.99)),
+			scaletest.Ms(scaletest.Pct(r.gnpAll, 0.5)), scaletest.Ms(scaletest.Pct(r.gnpAll, 0.99)), scaletest.Ms(scaletest.Pct(r.podAll, 0.5)), scaletest.Ms(scaletest.Pct(r.podAll, 0.99)),
 			r.burst.deliveredPerSec(r.k), r.burst.perUpdate(r.burst.apiCPU), r.burst.perUpdate(r.burst.hub),
 			r.churn.deliveredPerSec(r.k), r.churn.perUpdate(r.churn.apiCPU), r.churn.perUpdate(r.churn.hub))
 	}
@@ -356,8 +341,8 @@ func summaryTable(runs []scaleRun) string {
 func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (r scaleRun) {
 	tb.Helper()
 	ctx := context.Background()
-	r = scaleRun{k: k, mode: mode, loadBefore: loadAverage()}
-	defer func() { r.loadAfter = loadAverage() }()
+	r = scaleRun{k: k, mode: mode, loadBefore: scaletest.LoadAverage()}
+	defer func() { r.loadAfter = scaletest.LoadAverage() }()
 	apiPID := c.kc.APIServerPID
 	// The fleet's own share of the API server: watches, goroutines and
 	// memory counted from before the hub (if any) started; requests and CPU
@@ -374,7 +359,7 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (
 	var hubPID int
 	if mode == "fanout" {
 		hub := c.startHub(tb, f, c.kc.Token(tb, "kube-system", "calico-node", 2*time.Hour))
-		hubPID = hub.proc.Cmd.Process.Pid
+		hubPID = hub.Proc.Cmd.Process.Pid
 		r.hubSync = f.hubSynced[1].Sub(f.hubSynced[0])
 		c.settledWatches(tb, before, 1)
 	}
@@ -388,27 +373,27 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (
 	self := os.Getpid()
 	cpu0, hub0, etcd0 := mustCPU(tb, apiPID), hubCPU(), mustCPU(tb, self)
 	c.startAgents(tb, f, tokens, p.perProc)
-	r.procs = len(f.procs)
-	converged := f.wait(p.syncTimeout, func() bool { return len(f.synced) == k })
+	r.procs = len(f.Procs)
+	converged := f.Wait(p.syncTimeout, func() bool { return len(f.synced) == k })
 	r.startCPU, r.hubStartCPU, r.etcdStartCPU = mustCPU(tb, apiPID)-cpu0, hubCPU()-hub0, mustCPU(tb, self)-etcd0
 	if !converged {
-		f.mu.Lock()
-		broken := len(f.errs) > 0 || f.exited > 0
+		broken := f.Broken()
+		f.Lock()
 		r.inSync = len(f.synced)
-		f.mu.Unlock()
+		f.Unlock()
 		if broken {
-			tb.Fatalf("%d of %d agents in sync when one failed%s", r.inSync, k, f.problems())
+			tb.Fatalf("%d of %d agents in sync when one failed%s", r.inSync, k, f.Problems())
 		}
 		// Measured as far as it got: the start-up's cost, and what
 		// the agents logged about it.
 		r.syncAll, r.agentsCPU = time.Since(f.launched), f.cpu(tb)
-		r.lists = c.scrape(tb).sum("apiserver_request_total", "verb", "LIST") - launch.sum("apiserver_request_total", "verb", "LIST")
+		r.lists = c.scrape(tb).Sum("apiserver_request_total", "verb", "LIST") - launch.Sum("apiserver_request_total", "verb", "LIST")
 		f.stop()
-		tb.Logf("K=%d %s: %d of %d agents in sync after %s; the first agent's log ends:\n%s", k, mode, r.inSync, k, p.syncTimeout, f.procs[0].stderr.Tail(5))
+		tb.Logf("K=%d %s: %d of %d agents in sync after %s; the first agent's log ends:\n%s", k, mode, r.inSync, k, p.syncTimeout, f.Procs[0].Stderr.Tail(5))
 		return r
 	}
 	r.inSync = k
-	if f.hub != nil {
+	if f.Hub != nil {
 		r.hubSnapshot = f.hubBytes(tb) / float64(k)
 	}
 	var last time.Time
@@ -426,25 +411,25 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (
 		watchers = 1
 	}
 	after := c.settledWatches(tb, before, watchers)
-	r.watches = after.sum("apiserver_longrunning_requests", "verb", "WATCH") - before.sum("apiserver_longrunning_requests", "verb", "WATCH")
+	r.watches = after.Sum("apiserver_longrunning_requests", "verb", "WATCH") - before.Sum("apiserver_longrunning_requests", "verb", "WATCH")
 	r.watchesByRes = map[string]float64{}
-	for res, n := range after.by("apiserver_longrunning_requests", "resource", "verb", "WATCH") {
-		if d := n - before.by("apiserver_longrunning_requests", "resource", "verb", "WATCH")[res]; d != 0 {
+	for res, n := range after.By("apiserver_longrunning_requests", "resource", "verb", "WATCH") {
+		if d := n - before.By("apiserver_longrunning_requests", "resource", "verb", "WATCH")[res]; d != 0 {
 			r.watchesByRes[res] = d
 		}
 	}
-	r.lists = after.sum("apiserver_request_total", "verb", "LIST") - launch.sum("apiserver_request_total", "verb", "LIST")
-	podLists := func(p promSamples, name string) float64 {
-		return p.sum(name, "resource", "pods", "verb", "LIST", "group", "")
+	r.lists = after.Sum("apiserver_request_total", "verb", "LIST") - launch.Sum("apiserver_request_total", "verb", "LIST")
+	podLists := func(p scaletest.Samples, name string) float64 {
+		return p.Sum(name, "resource", "pods", "verb", "LIST", "group", "")
 	}
 	if n := podLists(after, "apiserver_response_sizes_count") - podLists(launch, "apiserver_response_sizes_count"); n > 0 {
 		r.podListBytes = (podLists(after, "apiserver_response_sizes_sum") - podLists(launch, "apiserver_response_sizes_sum")) / n
 	}
 	r.apiRSSAfter = mustRSS(tb, apiPID)
-	r.apiGoroutines = after.sum("go_goroutines") - before.sum("go_goroutines")
-	r.apiHeapBefore, r.apiHeap = before.sum("go_memstats_heap_inuse_bytes"), after.sum("go_memstats_heap_inuse_bytes")
-	for _, fp := range f.procs {
-		r.agentRSS = append(r.agentRSS, mustRSS(tb, fp.proc.Cmd.Process.Pid))
+	r.apiGoroutines = after.Sum("go_goroutines") - before.Sum("go_goroutines")
+	r.apiHeapBefore, r.apiHeap = before.Sum("go_memstats_heap_inuse_bytes"), after.Sum("go_memstats_heap_inuse_bytes")
+	for _, p := range f.Procs {
+		r.agentRSS = append(r.agentRSS, mustRSS(tb, p.Proc.Cmd.Process.Pid))
 	}
 	if hubPID != 0 {
 		r.hubRSS = mustRSS(tb, hubPID)
@@ -509,10 +494,10 @@ func (c *kddCluster) measure(tb testing.TB, k int, p scaleParams, mode string) (
 		churnMu.Unlock()
 		return c.createPod(ctx, ipc, ns, name, fmt.Sprintf("app%d", i%20), i%c.shape.nodes, cid, map[string]string{burstLabel: id})
 	})
-	r.terminated = c.scrape(tb).sum("apiserver_terminated_watchers_total") - before.sum("apiserver_terminated_watchers_total")
+	r.terminated = c.scrape(tb).Sum("apiserver_terminated_watchers_total") - before.Sum("apiserver_terminated_watchers_total")
 	r.updates, r.warnings, r.agentHeap = f.stats(tb, k)
 	if r.warnings > 0 {
-		tb.Logf("agents logged %d warnings; the first process's log ends:\n%s", r.warnings, f.procs[0].stderr.Tail(20))
+		tb.Logf("agents logged %d warnings; the first process's log ends:\n%s", r.warnings, f.Procs[0].Stderr.Tail(20))
 	}
 
 	// The started pods go away after the fleet, so that the next fleet
@@ -550,13 +535,13 @@ func (c *kddCluster) throughput(tb testing.TB, f *fleet, k, n int, prefix string
 	id := prefix + strconv.Itoa(c.gen)
 	apiPID, self := c.kc.APIServerPID, os.Getpid()
 	u0, _, _ := f.stats(tb, k)
-	f.command(tb, fmt.Sprintf("burst %s %d", id, n))
+	f.Command(tb, fmt.Sprintf("burst %s %d", id, n))
 	m0, api0, ag0, hb0, etcd0 := c.scrape(tb), mustCPU(tb, apiPID), f.cpu(tb), hubCPU(), mustCPU(tb, self)
 	t0 := time.Now()
 	parallel(tb, n, func(i int) error { return write(id, i) })
 	ph := phase{n: n, write: time.Since(t0)}
-	if !f.wait(5*time.Minute, func() bool { return len(f.bursts[id]) == k }) {
-		tb.Fatalf("%d of %d agents had all %d changes of %s%s", len(f.bursts[id]), k, n, id, f.problems())
+	if !f.Wait(5*time.Minute, func() bool { return len(f.bursts[id]) == k }) {
+		tb.Fatalf("%d of %d agents had all %d changes of %s%s", len(f.bursts[id]), k, n, id, f.Problems())
 	}
 	for _, t := range f.bursts[id] {
 		ph.all = max(ph.all, t.Sub(t0))
@@ -565,7 +550,7 @@ func (c *kddCluster) throughput(tb testing.TB, f *fleet, k, n int, prefix string
 	// still be on its way: the figures include a second's grace.
 	time.Sleep(time.Second)
 	ph.apiCPU, ph.agents, ph.hub, ph.etcd = mustCPU(tb, apiPID)-api0, f.cpu(tb)-ag0, hubCPU()-hb0, mustCPU(tb, self)-etcd0
-	ph.events = c.scrape(tb).sum("apiserver_watch_events_total") - m0.sum("apiserver_watch_events_total")
+	ph.events = c.scrape(tb).Sum("apiserver_watch_events_total") - m0.Sum("apiserver_watch_events_total")
 	u1, _, _ := f.stats(tb, k)
 	ph.updates = u1 - u0
 	return ph
@@ -590,11 +575,11 @@ func (ph phase) perUpdate(d time.Duration) float64 {
 // being its largest list — and the API server's total has not changed for
 // a second: a Watcher is in sync once it has listed, and opens its watches
 // after that (resuming from the lists' revision).
-func (c *kddCluster) settledWatches(tb testing.TB, base promSamples, watchers int) promSamples {
+func (c *kddCluster) settledWatches(tb testing.TB, base scaletest.Samples, watchers int) scaletest.Samples {
 	tb.Helper()
-	total := func(p promSamples) float64 { return p.sum("apiserver_longrunning_requests", "verb", "WATCH") }
-	pods := func(p promSamples) float64 {
-		return p.sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "pods", "group", "")
+	total := func(p scaletest.Samples) float64 { return p.Sum("apiserver_longrunning_requests", "verb", "WATCH") }
+	pods := func(p scaletest.Samples) float64 {
+		return p.Sum("apiserver_longrunning_requests", "verb", "WATCH", "resource", "pods", "group", "")
 	}
 	prev, stable := -1.0, 0
 	for range 480 {
@@ -620,136 +605,75 @@ func (c *kddCluster) podName(i int) (string, string) {
 	return fmt.Sprintf("ns-%02d", i%c.shape.namespaces), fmt.Sprintf("%s-%s-%05d", app, "7d9f8b6c5", i)
 }
 
-// fleet is a set of agent processes and what they reported.
+// fleet is a set of agent processes and what they reported; the fields
+// below the Fleet are guarded by its lock.
 type fleet struct {
-	procs    []*fleetProc // agents
-	hub      *fleetProc   // the fan-out, if any
-	launched time.Time    // of the agents
+	*scaletest.Fleet
+	launched time.Time // of the agents
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every report
-	synced  map[int][2]time.Time
-	seen    map[string]map[int]time.Time // "gnp 3" -> agent -> arrival
-	bursts  map[string]map[int]time.Time
-	stat    map[int][3]int64 // updates, warnings, process heap
-	errs    []string
-	exited  int
+	synced map[int][2]time.Time
+	seen   map[string]map[int]time.Time // "gnp 3" -> agent -> arrival
+	bursts map[string]map[int]time.Time
+	stat   map[int][3]int64 // updates, warnings, process heap
 
 	hubAddr   string
 	hubSynced [2]time.Time // start, in sync
 	hubSent   float64      // bytes, as last reported (-1: asked, not answered)
-
-	stopOnce sync.Once
-}
-
-type fleetProc struct {
-	proc   *proctest.Proc
-	stdin  io.WriteCloser
-	stderr *proctest.Log
 }
 
 func newFleet() *fleet {
-	return &fleet{changed: make(chan struct{}), synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
+	f := &fleet{synced: map[int][2]time.Time{}, seen: map[string]map[int]time.Time{},
 		bursts: map[string]map[int]time.Time{}, stat: map[int][3]int64{}}
+	f.Fleet = scaletest.NewFleet(f.report)
+	return f
 }
 
-// launch starts this test binary as a child of role first (an agent
-// index, or "hub") with extra environment, reading its reports.
-//
-// Agents run at the lowest CPU priority (nice 19): on a real cluster each
-// has its own node, so they must not take the CPU the API server and etcd
-// need here; what they use is measured either way.
-func (c *kddCluster) launch(tb testing.TB, f *fleet, first string, env ...string) *fleetProc {
-	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	if first != "hub" {
-		cmd = exec.Command("nice", "-n", "19", exe) // nice execs: the PID is the agent's
-	}
-	cmd.Env = append(proctest.EnvWithout("KUBECONFIG=", "CALICO_KDD_SCALE_", "FELIX_"),
-		append([]string{agentEnv + "=" + first, agentAPIEnv + "=" + c.kc.URL, agentCAEnv + "=" + c.kc.CAFile}, env...)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// A pipe of our own rather than StdoutPipe: the reader, not Wait,
-	// decides when the output has all been read.
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stdout = wr
-	fp := &fleetProc{stdin: stdin, stderr: &proctest.Log{}}
-	cmd.Stderr = fp.stderr
-	fp.proc, err = proctest.Launch("agent-"+first, cmd)
-	wr.Close()
-	if err != nil {
-		rd.Close()
-		tb.Fatal(err)
-	}
-	go f.read(rd)
-	return fp
+// childEnv is the environment of a child of role first (an agent index,
+// or "hub") with extra: the test's without the harness's own settings,
+// plus the API server's address and CA.
+func (c *kddCluster) childEnv(first string, extra ...string) []string {
+	return append(proctest.EnvWithout("KUBECONFIG=", "CALICO_KDD_SCALE_", "FELIX_"),
+		append([]string{agentEnv + "=" + first, agentAPIEnv + "=" + c.kc.URL, agentCAEnv + "=" + c.kc.CAFile}, extra...)...)
 }
 
 // startHub starts the fan-out and waits until it serves.
-func (c *kddCluster) startHub(tb testing.TB, f *fleet, token string) *fleetProc {
+func (c *kddCluster) startHub(tb testing.TB, f *fleet, token string) *scaletest.Proc {
 	tb.Helper()
-	f.hub = c.launch(tb, f, "hub", agentTokensEnv+"="+token)
-	if !f.wait(5*time.Minute, func() bool { return f.hubAddr != "" }) {
-		tb.Fatalf("fan-out not serving after 5 minutes%s", f.problems())
+	f.StartHub(tb, "agent-hub", 0, c.childEnv("hub", agentTokensEnv+"="+token))
+	if !f.Wait(5*time.Minute, func() bool { return f.hubAddr != "" }) {
+		tb.Fatalf("fan-out not serving after 5 minutes%s", f.Problems())
 	}
-	return f.hub
+	return f.Hub
 }
 
 // startAgents starts len(tokens) agents, perProc to a process, reading
 // the hub if f has one.
+//
+// Agents run at the lowest CPU priority (nice 19): on a real cluster each
+// has its own node, so they must not take the CPU the API server and etcd
+// need here; what they use is measured either way.
 func (c *kddCluster) startAgents(tb testing.TB, f *fleet, tokens []string, perProc int) {
 	tb.Helper()
 	var extra []string
-	if f.hub != nil {
+	if f.Hub != nil {
 		extra = append(extra, agentFanOutEnv+"="+f.hubAddr)
 	}
 	f.launched = time.Now()
 	for first := 0; first < len(tokens); first += perProc {
 		n := min(perProc, len(tokens)-first)
-		f.procs = append(f.procs, c.launch(tb, f, strconv.Itoa(first),
+		f.StartAgent(tb, "agent-"+strconv.Itoa(first), 19, c.childEnv(strconv.Itoa(first),
 			append(extra, agentTokensEnv+"="+strings.Join(tokens[first:first+n], ","))...))
 	}
 }
 
-func (f *fleet) read(rd *os.File) {
-	defer rd.Close()
-	sc := bufio.NewScanner(rd)
-	for sc.Scan() {
-		f.report(strings.Fields(sc.Text()))
-	}
-	f.mu.Lock()
-	f.exited++
-	f.notifyLocked()
-	f.mu.Unlock()
-}
-
-func (f *fleet) notifyLocked() {
-	close(f.changed)
-	f.changed = make(chan struct{})
-}
-
-func unixNano(s string) time.Time {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return time.Unix(0, n)
-}
-
-func (f *fleet) report(fs []string) {
+// report reads an agent's line, under the Fleet's lock; the agent's
+// index is in the line.
+func (f *fleet) report(_ int, fs []string) bool {
 	if len(fs) < 2 {
-		return
+		return true
 	}
 	agent, _ := strconv.Atoi(fs[1])
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	defer f.notifyLocked()
+	unixNano := scaletest.UnixNano
 	switch {
 	case fs[0] == "hubsent" && len(fs) == 2:
 		f.hubSent, _ = strconv.ParseFloat(fs[1], 64)
@@ -775,47 +699,9 @@ func (f *fleet) report(fs []string) {
 		}
 		f.stat[agent] = st
 	default:
-		f.errs = append(f.errs, strings.Join(fs, " "))
+		return false
 	}
-}
-
-// wait polls cond, under the fleet's lock, after every report until it
-// holds; false after timeout or once an agent failed or exited.
-func (f *fleet) wait(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		f.mu.Lock()
-		ok, broken, ch := cond(), len(f.errs) > 0 || f.exited > 0, f.changed
-		f.mu.Unlock()
-		switch {
-		case ok:
-			return true
-		case broken:
-			return false
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
-}
-
-// problems describes failed agents for a failure message.
-func (f *fleet) problems() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var sb strings.Builder
-	for _, e := range f.errs {
-		sb.WriteString("\n" + e)
-	}
-	for _, fp := range append(slices.Clone(f.procs), f.hub) {
-		if fp != nil && !fp.proc.Running() {
-			fmt.Fprintf(&sb, "\n%s exited (%v):\n%s", fp.proc.Name, fp.proc.Err(), fp.stderr.Tail(20))
-		}
-	}
-	return sb.String()
+	return true
 }
 
 // arrivals waits until all k agents have generation gen of the probe and
@@ -823,11 +709,11 @@ func (f *fleet) problems() string {
 func (f *fleet) arrivals(tb testing.TB, probe string, gen int, t0 time.Time, k int) (time.Duration, []time.Duration) {
 	tb.Helper()
 	key := probe + " " + strconv.Itoa(gen)
-	if !f.wait(time.Minute, func() bool { return len(f.seen[key]) == k }) {
-		tb.Fatalf("%s generation %d reached %d of %d agents within a minute%s", probe, gen, len(f.seen[key]), k, f.problems())
+	if !f.Wait(time.Minute, func() bool { return len(f.seen[key]) == k }) {
+		tb.Fatalf("%s generation %d reached %d of %d agents within a minute%s", probe, gen, len(f.seen[key]), k, f.Problems())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	var all time.Duration
 	var each []time.Duration
 	for _, t := range f.seen[key] {
@@ -838,30 +724,21 @@ func (f *fleet) arrivals(tb testing.TB, probe string, gen int, t0 time.Time, k i
 	return all, each
 }
 
-func (f *fleet) command(tb testing.TB, line string) {
-	tb.Helper()
-	for _, fp := range f.procs {
-		if _, err := io.WriteString(fp.stdin, line+"\n"); err != nil {
-			tb.Fatalf("%s: %v", fp.proc.Name, err)
-		}
-	}
-}
-
 // stats asks every agent for its counters; heap is the mean live heap of
 // the processes.
 func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64, heap float64) {
 	tb.Helper()
-	f.mu.Lock()
+	f.Lock()
 	clear(f.stat)
-	f.mu.Unlock()
-	f.command(tb, "stats")
-	if !f.wait(time.Minute, func() bool { return len(f.stat) == k }) {
-		tb.Fatalf("stats from %d of %d agents%s", len(f.stat), k, f.problems())
+	f.Unlock()
+	f.Command(tb, "stats")
+	if !f.Wait(time.Minute, func() bool { return len(f.stat) == k }) {
+		tb.Fatalf("stats from %d of %d agents%s", len(f.stat), k, f.Problems())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	heaps := map[int64]bool{} // one figure per process, reported by each of its agents
-	perProc := max(1, (k+len(f.procs)-1)/len(f.procs))
+	perProc := max(1, (k+len(f.Procs)-1)/len(f.Procs))
 	for agent, s := range f.stat {
 		updates += s[0]
 		warnings += s[1]
@@ -876,100 +753,37 @@ func (f *fleet) stats(tb testing.TB, k int) (updates, warnings int64, heap float
 // hubBytes asks the fan-out how many bytes it has written to agents.
 func (f *fleet) hubBytes(tb testing.TB) float64 {
 	tb.Helper()
-	f.mu.Lock()
+	f.Lock()
 	f.hubSent = -1
-	f.mu.Unlock()
-	if _, err := io.WriteString(f.hub.stdin, "stats\n"); err != nil {
+	f.Unlock()
+	if _, err := io.WriteString(f.Hub.Stdin, "stats\n"); err != nil {
 		tb.Fatal(err)
 	}
-	if !f.wait(time.Minute, func() bool { return f.hubSent >= 0 }) {
-		tb.Fatalf("fan-out did not report its bytes%s", f.problems())
+	if !f.Wait(time.Minute, func() bool { return f.hubSent >= 0 }) {
+		tb.Fatalf("fan-out did not report its bytes%s", f.Problems())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	return f.hubSent
 }
 
 // cpu is the CPU time all agent processes have used.
 func (f *fleet) cpu(tb testing.TB) time.Duration {
-	var sum time.Duration
-	for _, fp := range f.procs {
-		sum += mustCPU(tb, fp.proc.Cmd.Process.Pid)
+	tb.Helper()
+	d, err := f.CPU()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return sum
+	return d
 }
 
 // stop closes every child's stdin (they return) and waits for them, the
 // hub last. Stopping again does nothing.
-func (f *fleet) stop() {
-	f.stopOnce.Do(f.stopNow)
-}
-
-func (f *fleet) stopNow() {
-	for _, fp := range f.procs {
-		fp.stdin.Close()
-	}
-	procs := f.procs
-	if f.hub != nil {
-		f.hub.stdin.Close()
-		procs = append(procs, f.hub)
-	}
-	for _, fp := range procs {
-		select {
-		case <-fp.proc.Done():
-		case <-time.After(10 * time.Second):
-			fp.proc.Kill()
-		}
-	}
-}
-
-// loadAverage is /proc/loadavg's first three fields.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if fs := strings.Fields(string(data)); err == nil && len(fs) >= 3 {
-		return strings.Join(fs[:3], " ")
-	}
-	return "?"
-}
-
-// procCPU is the user+system CPU time of process pid, from /proc (clock
-// ticks of 10 ms: USER_HZ is 100 on Linux).
-func procCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces; fields start after its ")".
-	s := string(data)
-	fs := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fs) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fs))
-	}
-	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, fs[11], fs[12])
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-// procRSS is the resident memory of process pid in KiB.
-func procRSS(pid int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.Fields(rest)[0])
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-}
+func (f *fleet) stop() { f.Stop(10 * time.Second) }
 
 func mustCPU(tb testing.TB, pid int) time.Duration {
 	tb.Helper()
-	d, err := procCPU(pid)
+	d, err := scaletest.ProcCPU(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -978,77 +792,11 @@ func mustCPU(tb testing.TB, pid int) time.Duration {
 
 func mustRSS(tb testing.TB, pid int) int {
 	tb.Helper()
-	n, err := procRSS(pid)
+	n, err := scaletest.ProcRSS(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return n
-}
-
-// promSamples is a scrape of a Prometheus text endpoint: name -> samples.
-type promSamples map[string][]promSample
-
-type promSample struct {
-	labels map[string]string
-	value  float64
-}
-
-var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
-
-func parseProm(text string) promSamples {
-	out := promSamples{}
-	for _, line := range strings.Split(text, "\n") {
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue
-		}
-		head := line[:sp]
-		name, labels, _ := strings.Cut(head, "{")
-		s := promSample{labels: map[string]string{}, value: v}
-		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-			s.labels[m[1]] = m[2]
-		}
-		out[name] = append(out[name], s)
-	}
-	return out
-}
-
-// sum adds the samples of name whose labels match the pairs given.
-func (p promSamples) sum(name string, match ...string) float64 {
-	total := 0.0
-	for _, s := range p[name] {
-		if s.matches(match) {
-			total += s.value
-		}
-	}
-	return total
-}
-
-// by sums the matching samples of name per value of label.
-func (p promSamples) by(name, label string, match ...string) map[string]float64 {
-	out := map[string]float64{}
-	for _, s := range p[name] {
-		if s.matches(match) {
-			out[s.labels[label]] += s.value
-		}
-	}
-	return out
-}
-
-func (s promSample) matches(pairs []string) bool {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if s.labels[pairs[i]] != pairs[i+1] {
-			return false
-		}
-	}
-	return true
 }
 
 // rawListBytes is the size of a list as JSON, uncompressed.
@@ -1075,7 +823,7 @@ func (c *kddCluster) rawListBytes(tb testing.TB, path string) int {
 }
 
 // scrape reads the API server's /metrics as admin.
-func (c *kddCluster) scrape(tb testing.TB) promSamples {
+func (c *kddCluster) scrape(tb testing.TB) scaletest.Samples {
 	tb.Helper()
 	if c.metrics == nil {
 		hc, err := rest.HTTPClientFor(c.kc.Config)
@@ -1093,5 +841,5 @@ func (c *kddCluster) scrape(tb testing.TB) promSamples {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		tb.Fatalf("API server /metrics: HTTP %d, %v", resp.StatusCode, err)
 	}
-	return parseProm(string(body))
+	return scaletest.ParseProm(string(body))
 }

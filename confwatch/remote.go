@@ -201,12 +201,7 @@ func (r *Remote) Watch(ctx context.Context, kind string, fromRevision int64) <-c
 				var err error
 				rc, err = r.connect(ctx)
 				if err != nil {
-					if ctx.Err() != nil || !send(ctx, out, datastore.Event{Err: err}) {
-						return
-					}
-					select {
-					case <-time.After(backoff):
-					case <-ctx.Done():
+					if ctx.Err() != nil || !send(ctx, out, datastore.Event{Err: err}) || !sleep(ctx, backoff) {
 						return
 					}
 					backoff = min(2*backoff, backoffMax)
@@ -274,9 +269,20 @@ func (r *Remote) stream(ctx context.Context, rc *remoteConn, want string, out ch
 	}
 }
 
-func send(ctx context.Context, out chan<- datastore.Event, ev datastore.Event) bool {
+// send delivers ev on out unless ctx ends first (false).
+func send[T any](ctx context.Context, out chan<- T, ev T) bool {
 	select {
 	case out <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// sleep waits d unless ctx ends first (false): a reconnection's backoff.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
 		return true
 	case <-ctx.Done():
 		return false
@@ -305,12 +311,7 @@ func (k remoteKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVE
 		backoff := backoffStart
 		for ctx.Err() == nil {
 			err := k.stream(ctx, prefix, out, func() { backoff = backoffStart })
-			if ctx.Err() != nil || !sendKV(ctx, out, datastore.KVEvent{Err: err}) {
-				return
-			}
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
+			if ctx.Err() != nil || !send(ctx, out, datastore.KVEvent{Err: err}) || !sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, backoffMax)
@@ -334,7 +335,7 @@ func (k remoteKV) stream(ctx context.Context, prefix string, out chan<- datastor
 	for _, u := range f.Updates {
 		snap = append(snap, datastore.KeyValue{Key: u.Key, Value: u.Value, Rev: u.Rev})
 	}
-	if !sendKV(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: snap, Rev: f.Rev}) {
+	if !send(ctx, out, datastore.KVEvent{Type: datastore.KVReset, Snapshot: snap, Rev: f.Rev}) {
 		return ctx.Err()
 	}
 	for {
@@ -347,18 +348,9 @@ func (k remoteKV) stream(ctx context.Context, prefix string, out chan<- datastor
 			if u.Type == "delete" {
 				ev.Type = datastore.KVDelete
 			}
-			if !sendKV(ctx, out, ev) {
+			if !send(ctx, out, ev) {
 				return ctx.Err()
 			}
 		}
-	}
-}
-
-func sendKV(ctx context.Context, out chan<- datastore.KVEvent, ev datastore.KVEvent) bool {
-	select {
-	case out <- ev:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -233,18 +233,11 @@ type autoHEPController struct {
 	c    *Controllers
 	src  *kccSource
 	log  *slog.Logger
-	kick chan struct{}
+	kick kicker
 }
 
 func newAutoHEPController(c *Controllers, src *kccSource, log *slog.Logger) *autoHEPController {
-	return &autoHEPController{c: c, src: src, log: log, kick: make(chan struct{}, 1)}
-}
-
-func (h *autoHEPController) poke() {
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
+	return &autoHEPController{c: c, src: src, log: log, kick: newKicker()}
 }
 
 // run syncs at start, on every Node or HostEndpoint change, on every
@@ -253,14 +246,7 @@ func (h *autoHEPController) poke() {
 func (h *autoHEPController) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, kind := range []string{"Node", "HostEndpoint"} {
-		events := h.c.store.Watch(ctx, kind, 0)
-		wg.Go(func() {
-			for range events {
-				h.poke()
-			}
-		})
-	}
+	h.kick.pokeOnEvents(ctx, &wg, h.c.store, "Node", "HostEndpoint")
 	var retry time.Duration
 	for {
 		_, changed := h.src.current()

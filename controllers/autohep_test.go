@@ -74,7 +74,6 @@ func manualHEP(name, node string) *api.HostEndpoint {
 // compaction; the controllers' log level; settings not honoured said so.
 func TestKubeControllersConfiguration(t *testing.T) {
 	e := newEnv(t)
-	var profilePort int32 = 6060
 	e.create(t,
 		hepNode("hep-a", map[string]string{"rack": "r1"}, nil),
 		manualHEP("hand-made", "hep-a"),
@@ -87,7 +86,7 @@ func TestKubeControllersConfiguration(t *testing.T) {
 			}
 			s.Controllers.Namespace.ReconcilerPeriod = dur(time.Second)
 			s.EtcdV3CompactionPeriod = dur(time.Second)
-			s.DebugProfilePort = &profilePort
+			s.HealthChecks = "Disabled"
 		}),
 	)
 	e.k8sNode(t, "k8s-sl", map[string]string{"zone": "z1"})
@@ -197,8 +196,8 @@ func TestKubeControllersConfiguration(t *testing.T) {
 	})
 
 	t.Run("settings not honoured are reported", func(t *testing.T) {
-		if !e.logged("level=WARN", "not honoured", "debugProfilePort: 6060") {
-			t.Error("no warning that debugProfilePort is not honoured")
+		if !e.logged("level=WARN", "not honoured", "healthChecks: Disabled") {
+			t.Error("no warning that healthChecks is not honoured")
 		}
 	})
 

@@ -30,10 +30,11 @@ const (
 	Policy           = "policy"
 	Node             = "node"
 	IPAMGC           = "ipamgc"
+	LoadBalancer     = "loadbalancer"
 )
 
 // All is every controller, in the order they start.
-var All = []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy, Node, IPAMGC}
+var All = []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy, Node, IPAMGC, LoadBalancer}
 
 // aliases are other spellings Calico's ENABLED_CONTROLLERS accepts.
 var aliases = map[string]string{"profile": Namespace, "pod": WorkloadEndpoint}
@@ -51,8 +52,8 @@ var computedOnKDD = map[string]string{
 // ForDatastore splits enabled into the controllers that run on a datastore
 // of the given type (datastore.TypeEtcd or TypeKubernetes) and those that
 // do not apply to it, with the reason for each: on the Kubernetes
-// datastore only node and ipamgc have work, as in Calico, whose KDD
-// manifests enable only its node controller.
+// datastore only node, ipamgc and loadbalancer have work, as in Calico,
+// whose KDD manifests enable node and loadbalancer.
 func ForDatastore(enabled []string, datastoreType string) (run []string, skipped map[string]string) {
 	if datastoreType != datastore.TypeKubernetes {
 		return enabled, nil
@@ -149,11 +150,17 @@ type Store interface {
 	Watch(ctx context.Context, kind string, fromRevision int64) <-chan datastore.Event
 }
 
-// IPAM is the part of *ipam.Client the node and ipamgc controllers use.
+// IPAM is the part of *ipam.Client the node, ipamgc and loadbalancer
+// controllers use.
 type IPAM interface {
 	Check(ctx context.Context, liveNodes ...string) (*ipam.CheckReport, error)
 	Release(ctx context.Context, opts ...ipam.ReleaseOptions) ([]netip.Addr, error)
 	ReleaseHostAffinities(ctx context.Context, node string, mustBeEmpty bool) ([]netip.Prefix, error)
+	AutoAssign(ctx context.Context, args ipam.AutoAssignArgs) (v4, v6 []netip.Prefix, err error)
+	AssignIP(ctx context.Context, args ipam.AssignIPArgs) error
+	IPsByHandle(ctx context.Context, handleID string) ([]netip.Addr, error)
+	ReleaseByHandle(ctx context.Context, handleID string) error
+	LoadBalancerAllocations(ctx context.Context) ([]ipam.VirtualAllocation, error)
 }
 
 // Controllers is the leader-elected controllers actor.
@@ -342,6 +349,8 @@ func (c *Controllers) lead(ctx context.Context) {
 			}
 		case IPAMGC:
 			r, err = newIPAMGC(c, factory, log)
+		case LoadBalancer:
+			r, err = newLoadBalancerController(c, factory, src, log)
 		}
 		if err != nil {
 			c.log.Error("cannot start controller", "controller", name, "err", err)
@@ -349,6 +358,7 @@ func (c *Controllers) lead(ctx context.Context) {
 		}
 		runners = append(runners, r)
 	}
+	runners = append(runners, &profiler{src: src, log: c.log.With("controller", "profiler")})
 	if ec, ok := c.store.(EtcdClienter); ok && !c.kdd {
 		if client := ec.Etcd(); client != nil {
 			runners = append(runners, &compactor{client: client, src: src, log: c.log.With("controller", "compaction")})

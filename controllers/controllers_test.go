@@ -30,7 +30,7 @@ func TestParseEnabled(t *testing.T) {
 		wantErr bool
 	}{
 		{"", nil, false},
-		{"namespace,serviceaccount,workloadendpoint,policy,node,ipamgc", All, false},
+		{"namespace,serviceaccount,workloadendpoint,policy,node,ipamgc,loadbalancer", All, false},
 		{" Node , profile,pod,node", []string{Node, Namespace, WorkloadEndpoint}, false},
 		{"namespace,flannelmigration", nil, true},
 	}

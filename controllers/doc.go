@@ -47,6 +47,18 @@
 //     starts again at the unlock, as Calico's IPAM controller waits.
 //     Each pass also sets Calico's ipam_* gauges (per pool and node, and
 //     per node; ipammetrics.go), computed purely from the IPAM report.
+//   - loadbalancer (loadbalancer.go): Calico's LoadBalancer IP address
+//     management. A Service of type LoadBalancer (no loadBalancerClass or
+//     "calico"; with assignIPs RequestedServicesOnly only class "calico"
+//     or annotated) gets one address per family of spec.ipFamilies from
+//     the pools that allow the LoadBalancer use, or the addresses and
+//     pools its projectcalico.org/loadBalancerIPs, ipv4pools and
+//     ipv6pools annotations name, allocated to IPAM's virtual host
+//     "load-balancer" under the handle lb-<hash of name, namespace, UID>
+//     and written to status.loadBalancer.ingress. IPAM is the record: a
+//     sync reads the Service's handle, a full pass (start, Resync, IP pool
+//     or assignIPs changes) lists the LoadBalancer allocations and
+//     releases those of Services that are gone or were created again.
 //
 // # KubeControllersConfiguration
 //
@@ -54,8 +66,10 @@
 // (kcc.go: list, then watch), merged as Calico's kube-controllers merges
 // it with ENABLED_CONTROLLERS set: logSeverityScreen (the controllers'
 // own level, through levelHandler), node.syncLabels, node.hostEndpoint,
-// node.leakGracePeriod, the four reconcilerPeriods (queue.period) and, on
-// etcd, etcdV3CompactionPeriod (compactor.go, Kubernetes' compactor).
+// node.leakGracePeriod, the four reconcilerPeriods (queue.period),
+// loadBalancer.assignIPs, debugProfilePort (profiler.go: pprof on
+// localhost while leading) and, on etcd, etcdV3CompactionPeriod
+// (compactor.go, Kubernetes' compactor).
 // Changes apply in place; settings calico-node does not honour are
 // logged.
 //
@@ -66,8 +80,8 @@
 // NetworkPolicies as knp.default.*; the store refuses writes of them. So
 // with Config.Datastore "kubernetes" New leaves the namespace,
 // serviceaccount, workloadendpoint and policy controllers out, with a
-// warning each (ForDatastore), and runs node and ipamgc, as Calico's KDD
-// manifests do.
+// warning each (ForDatastore), and runs node, ipamgc and loadbalancer,
+// as Calico's KDD manifests do.
 //
 // The Calico Node is the Kubernetes Node (its orchRef names itself), so
 // the node controller syncs no labels and deletes no Node. When a

@@ -58,6 +58,10 @@ func (f *informers) serviceAccounts() cache.SharedIndexInformer {
 	return f.informer("serviceaccounts", f.kube.ServiceAccounts("").ListWatch(), &corev1.ServiceAccount{})
 }
 
+func (f *informers) services() cache.SharedIndexInformer {
+	return f.informer("services", f.kube.Services("").ListWatch(), &corev1.Service{})
+}
+
 func (f *informers) networkPolicies() cache.SharedIndexInformer {
 	return f.informer("networkpolicies", f.kube.NetworkPolicies("").ListWatch(), &networkingv1.NetworkPolicy{})
 }

@@ -66,6 +66,10 @@ type ipamGC struct {
 	// candidates are allocations seen leaked, with when they were first
 	// seen so; owned by run.
 	candidates map[allocKey]time.Time
+	// badPools holds the error of each IP pool api.ParsePools refused
+	// at the last listing, by pool name, so that each is logged once per
+	// change; owned by run.
+	badPools map[string]string
 }
 
 func newIPAMGC(c *Controllers, f *informers, log *slog.Logger) (runner, error) {
@@ -257,15 +261,31 @@ func (gc *ipamGC) pass(ctx context.Context, grace time.Duration) error {
 	return gc.publish(ctx, report, pools, gone)
 }
 
-// pools lists the IP pools, for the IPAM metrics' ippool label.
-func (gc *ipamGC) pools(ctx context.Context) ([]api.IPPool, error) {
+// pools lists the IP pools, for the IPAM metrics' ippool label, read by
+// api.ParsePools as every other consumer reads them. A pool it cannot read
+// is left out (its blocks count under no_ippool) and logged once per
+// change of its error. Never nil, so that publish can tell "listed, none"
+// from "not listed yet".
+func (gc *ipamGC) pools(ctx context.Context) ([]api.Pool, error) {
 	objs, _, err := gc.c.store.List(ctx, "IPPool", "")
 	if err != nil {
 		return nil, fmt.Errorf("list IP pools: %w", err)
 	}
-	pools := make([]api.IPPool, 0, len(objs))
-	for _, o := range objs {
-		pools = append(pools, *o.(*api.IPPool))
+	pools, errs := api.ParsePools(objs)
+	bad := make(map[string]string, len(errs))
+	for _, err := range errs {
+		name := err.Error()
+		if pe, ok := errors.AsType[*api.PoolError](err); ok {
+			name = pe.Name
+		}
+		bad[name] = err.Error()
+		if gc.badPools[name] != err.Error() {
+			gc.log.Warn("IP pool left out of the IPAM metrics", "pool", name, "err", err)
+		}
+	}
+	gc.badPools = bad
+	if pools == nil {
+		pools = []api.Pool{}
 	}
 	return pools, nil
 }
@@ -273,7 +293,7 @@ func (gc *ipamGC) pools(ctx context.Context) ([]api.IPPool, error) {
 // publish sets the IPAM gauges from report (nil: read IPAM now) and pools
 // (nil: list them), leaving out the allocations released since the report
 // was made (gone).
-func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, pools []api.IPPool, gone map[allocKey]bool) error {
+func (gc *ipamGC) publish(ctx context.Context, report *ipam.CheckReport, pools []api.Pool, gone map[allocKey]bool) error {
 	if report == nil {
 		r, err := gc.c.ipam.Check(ctx)
 		if err != nil {

@@ -72,37 +72,18 @@ type ipamCounts struct {
 // IPAM check report, the IP pools and the Calico nodes (each of which
 // gets a zero in every pool's per-node gauges). candidate says which
 // allocations the garbage collector holds as possible leaks. It is pure.
-func countIPAM(report *ipam.CheckReport, pools []api.IPPool, nodes []string, candidate func(*ipam.Allocation) bool) ipamCounts {
+func countIPAM(report *ipam.CheckReport, pools []api.Pool, nodes []string, candidate func(*ipam.Allocation) bool) ipamCounts {
 	c := ipamCounts{
 		poolSize: map[string]float64{},
 		inUse:    map[poolNode]int{}, borrowed: map[poolNode]int{}, blocks: map[poolNode]int{}, gcCandidates: map[poolNode]int{},
 		allocs: map[string]int{}, borrowedByNode: map[string]int{}, blocksByNode: map[string]int{},
 	}
-	type poolNet struct {
-		name string
-		net  netip.Prefix
-	}
-	var nets []poolNet
 	for _, p := range pools {
-		n, err := netip.ParsePrefix(p.Spec.CIDR)
-		if err != nil {
-			continue
-		}
-		n = n.Masked()
-		nets = append(nets, poolNet{p.Name, n})
-		c.poolSize[p.Name] = float64(uint64(1) << min(n.Addr().BitLen()-n.Bits(), 63))
+		c.poolSize[p.Name] = float64(uint64(1) << min(p.CIDR.Addr().BitLen()-p.CIDR.Bits(), 63))
 		for _, node := range nodes {
 			pn := poolNode{p.Name, node}
 			c.inUse[pn], c.borrowed[pn], c.gcCandidates[pn] = 0, 0, 0
 		}
-	}
-	poolOf := func(block netip.Prefix) string {
-		for _, p := range nets {
-			if p.net.Bits() <= block.Bits() && p.net.Contains(block.Addr()) {
-				return p.name
-			}
-		}
-		return noPoolLabel
 	}
 	owner := map[netip.Prefix]string{}
 	for _, b := range report.Stats.BlockList {
@@ -115,12 +96,12 @@ func countIPAM(report *ipam.CheckReport, pools []api.IPPool, nodes []string, can
 			node = noAffinityLabel
 		}
 		owner[cidr] = b.Node
-		c.blocks[poolNode{poolOf(cidr), node}]++
+		c.blocks[poolNode{poolOf(pools, cidr), node}]++
 		c.blocksByNode[node]++
 	}
 	for _, as := range report.Allocations {
 		for _, a := range as {
-			pool := poolOf(a.Block)
+			pool := poolOf(pools, a.Block)
 			node := a.Attrs[ipam.AttrNode]
 			if node == "" {
 				node = noNodeLabel
@@ -176,17 +157,22 @@ func (m *ipamMetrics) clear() {
 }
 
 // reclaimed counts one allocation the garbage collector released.
-func (m *ipamMetrics) reclaimed(pools []api.IPPool, a *ipam.Allocation) {
-	pool := noPoolLabel
-	for _, p := range pools {
-		if n, err := netip.ParsePrefix(p.Spec.CIDR); err == nil && n.Masked().Bits() <= a.Block.Bits() && n.Masked().Contains(a.Block.Addr()) {
-			pool = p.Name
-			break
-		}
-	}
+func (m *ipamMetrics) reclaimed(pools []api.Pool, a *ipam.Allocation) {
+	pool := poolOf(pools, a.Block)
 	node := a.Attrs[ipam.AttrNode]
 	if node == "" {
 		node = noNodeLabel
 	}
 	m.gcReclamations.WithLabelValues(pool, node).Inc()
+}
+
+// poolOf names the pool holding block, the first of pools by name (the
+// order api.ParsePools gives), or noPoolLabel.
+func poolOf(pools []api.Pool, block netip.Prefix) string {
+	for _, p := range pools {
+		if p.CIDR.Bits() <= block.Bits() && p.CIDR.Contains(block.Addr()) {
+			return p.Name
+		}
+	}
+	return noPoolLabel
 }

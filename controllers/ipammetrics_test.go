@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -14,8 +17,22 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-func ipPool(name, cidr string) api.IPPool {
-	return api.IPPool{ObjectMeta: api.ObjectMeta{Name: name}, Spec: api.IPPoolSpec{CIDR: cidr}}
+func ipPool(name, cidr string) *api.IPPool {
+	return &api.IPPool{ObjectMeta: api.ObjectMeta{Name: name}, Spec: api.IPPoolSpec{CIDR: cidr}}
+}
+
+// parsedPools is what ipamGC.pools hands the metrics for pools.
+func parsedPools(t *testing.T, pools ...*api.IPPool) []api.Pool {
+	t.Helper()
+	objs := make([]api.Object, len(pools))
+	for i, p := range pools {
+		objs[i] = p
+	}
+	out, errs := api.ParsePools(objs)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return out
 }
 
 func alloc(ip, block, node, handle string) *ipam.Allocation {
@@ -46,7 +63,7 @@ func TestCountIPAM(t *testing.T) {
 	} {
 		report.Allocations[a.IP] = append(report.Allocations[a.IP], a)
 	}
-	pools := []api.IPPool{ipPool("p1", "10.0.0.0/24"), ipPool("p2", "10.1.0.0/16")}
+	pools := parsedPools(t, ipPool("p1", "10.0.0.0/24"), ipPool("p2", "10.1.0.0/16"))
 	candidate := func(a *ipam.Allocation) bool { return a.Handle == "h2" }
 	got := countIPAM(report, pools, []string{"a", "b", "c"}, candidate)
 
@@ -128,5 +145,60 @@ ipam_allocations_gc_reclamations{ippool="p1",node="a"} 1
 		if !strings.Contains(string(doc), "`"+f.GetName()) {
 			t.Errorf("docs/metrics.md does not list %s", f.GetName())
 		}
+	}
+}
+
+// poolStore lists fixed IP pools; the only Store call ipamGC.pools makes.
+type poolStore struct {
+	Store
+	pools []api.Object
+}
+
+func (s *poolStore) List(_ context.Context, kind, _ string) ([]api.Object, int64, error) {
+	if kind != "IPPool" {
+		return nil, 0, fmt.Errorf("unexpected List of %s", kind)
+	}
+	return s.pools, 1, nil
+}
+
+// TestIPAMMetricsBadPool: a pool written behind validation with a CIDR
+// that does not parse is left out of the ippool label (its blocks count
+// as no_ippool) and logged with its name, once while its error stays the
+// same and again when it changes.
+func TestIPAMMetricsBadPool(t *testing.T) {
+	bad := ipPool("broken", "10.0.0.0/33")
+	store := &poolStore{pools: []api.Object{ipPool("p1", "10.1.0.0/16"), bad}}
+	var logs strings.Builder
+	gc := &ipamGC{c: &Controllers{store: store}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	warnings := func() int { return strings.Count(logs.String(), "IP pool left out of the IPAM metrics") }
+	for range 2 {
+		pools, err := gc.pools(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pools) != 1 || pools[0].Name != "p1" {
+			t.Fatalf("pools = %v, want p1 alone", pools)
+		}
+		if got := poolOf(pools, netip.MustParsePrefix("10.0.0.0/26")); got != noPoolLabel {
+			t.Errorf("a block of the broken pool is in %q, want %q", got, noPoolLabel)
+		}
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("%d warnings after two listings, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "pool=broken") || !strings.Contains(logs.String(), "10.0.0.0/33") {
+		t.Errorf("the warning does not name the pool and its cidr:\n%s", logs.String())
+	}
+	bad.Spec.CIDR = "not-a-cidr"
+	if _, err := gc.pools(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := warnings(); n != 2 {
+		t.Errorf("%d warnings after the error changed, want 2:\n%s", n, logs.String())
+	}
+	// An empty listing is still a listing: publish must not list again.
+	store.pools = nil
+	if pools, err := gc.pools(t.Context()); err != nil || pools == nil {
+		t.Errorf("no pools = %v, %v; want an empty, non-nil list", pools, err)
 	}
 }

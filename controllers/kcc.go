@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"reflect"
@@ -46,6 +45,11 @@ type runConfig struct {
 	// leakGrace is node.leakGracePeriod (15m when unset; 0 disables IPAM
 	// garbage collection).
 	leakGrace time.Duration
+	// profilePort is debugProfilePort (0: no profiling server).
+	profilePort int32
+	// assignIPs is loadBalancer.assignIPs: AllServices (also when unset)
+	// or RequestedServicesOnly.
+	assignIPs api.AssignIPs
 	// ignored are the settings calico-node does not honour that the
 	// resource sets, as "field: reason".
 	ignored []string
@@ -62,7 +66,8 @@ type hepConfig struct {
 // which kube-controllers creates when there is none.
 func defaultRunConfig(kdd bool) runConfig {
 	rc := runConfig{logLevel: slog.LevelInfo, syncLabels: !kdd, hep: hepConfig{createDefault: true},
-		reconcile: map[string]time.Duration{}, compaction: DefaultCompactionPeriod, leakGrace: DefaultLeakGracePeriod}
+		reconcile: map[string]time.Duration{}, compaction: DefaultCompactionPeriod, leakGrace: DefaultLeakGracePeriod,
+		assignIPs: api.AllServices}
 	for _, n := range reconciled {
 		rc.reconcile[n] = DefaultReconcilerPeriod
 	}
@@ -120,11 +125,14 @@ func runConfigFrom(spec *api.KubeControllersConfigurationSpec, kdd bool) runConf
 	if spec.HealthChecks == "Disabled" {
 		rc.ignored = append(rc.ignored, "healthChecks: Disabled: calico-node's own /liveness and /readiness cover the controllers")
 	}
-	if p := spec.DebugProfilePort; p != nil && *p != 0 {
-		rc.ignored = append(rc.ignored, fmt.Sprintf("debugProfilePort: %d: no profiling server", *p))
+	if p := spec.DebugProfilePort; p != nil && *p > 0 && *p <= 65535 {
+		rc.profilePort = *p
 	}
-	if c.LoadBalancer != nil {
-		rc.ignored = append(rc.ignored, "controllers.loadBalancer: calico-node has no LoadBalancer IP address controller")
+	// As Calico's mergeLoadBalancer: the resource's mode when it has the
+	// section, AllServices otherwise (and for a value validation would
+	// refuse).
+	if lb := c.LoadBalancer; lb != nil && lb.AssignIPs == api.RequestedServicesOnly {
+		rc.assignIPs = api.RequestedServicesOnly
 	}
 	return rc
 }
@@ -137,7 +145,8 @@ func (rc runConfig) describe() []any {
 	}
 	return []any{"logSeverityScreen", rc.logLevel.String(), "syncLabels", rc.syncLabels,
 		"autoHostEndpoints", rc.hep.autoCreate, "defaultHostEndpoint", rc.hep.createDefault, "hostEndpointTemplates", len(rc.hep.templates),
-		"reconcilerPeriods", strings.Join(periods, ","), "etcdV3CompactionPeriod", rc.compaction, "leakGracePeriod", rc.leakGrace}
+		"reconcilerPeriods", strings.Join(periods, ","), "etcdV3CompactionPeriod", rc.compaction, "leakGracePeriod", rc.leakGrace,
+		"loadBalancerAssignIPs", string(rc.assignIPs), "debugProfilePort", rc.profilePort}
 }
 
 // kccSource follows KubeControllersConfiguration "default" for one
@@ -263,7 +272,8 @@ func (s *kccSource) waitReady(ctx context.Context) bool {
 }
 
 func equalRunConfig(a, b runConfig) bool {
-	return a.logLevel == b.logLevel && a.syncLabels == b.syncLabels && a.compaction == b.compaction &&
+	return a.logLevel == b.logLevel && a.syncLabels == b.syncLabels && a.compaction == b.compaction && a.assignIPs == b.assignIPs &&
+		a.profilePort == b.profilePort &&
 		a.leakGrace == b.leakGrace && equalHEPConfig(a.hep, b.hep) &&
 		maps.Equal(a.reconcile, b.reconcile) && slices.Equal(a.ignored, b.ignored)
 }

@@ -67,12 +67,16 @@ func TestRunConfigFrom(t *testing.T) {
 		}(), false, runConfig{logLevel: slog.LevelDebug,
 			hep:        hepConfig{autoCreate: true, templates: []api.Template{{GenerateName: "t", InterfaceCIDRs: []string{"10.0.0.0/8"}}}},
 			reconcile:  map[string]time.Duration{Namespace: five, ServiceAccount: 0, WorkloadEndpoint: five, Policy: 30 * time.Second},
-			compaction: 0, leakGrace: time.Minute,
+			compaction: 0, leakGrace: time.Minute, profilePort: 6060,
 			ignored: []string{
 				"healthChecks: Disabled: calico-node's own /liveness and /readiness cover the controllers",
-				"debugProfilePort: 6060: no profiling server",
-				"controllers.loadBalancer: calico-node has no LoadBalancer IP address controller",
 			}}},
+		{"loadBalancer RequestedServicesOnly", func() *api.KubeControllersConfigurationSpec {
+			s := calicoDefaultKCC()
+			s.Controllers.LoadBalancer = &api.LoadBalancerControllerConfig{AssignIPs: api.RequestedServicesOnly}
+			return s
+		}(), false, runConfig{logLevel: slog.LevelInfo, syncLabels: true, hep: hepConfig{createDefault: true}, reconcile: all,
+			compaction: 10 * time.Minute, leakGrace: 15 * time.Minute, assignIPs: api.RequestedServicesOnly}},
 		{"hostEndpoint without createDefaultHostEndpoint makes the default one", &api.KubeControllersConfigurationSpec{
 			Controllers: api.ControllersConfig{Node: &api.NodeControllerConfig{HostEndpoint: &api.AutoHostEndpointConfig{AutoCreate: "Enabled"}}},
 		}, false, runConfig{logLevel: slog.LevelInfo, syncLabels: true, hep: hepConfig{autoCreate: true, createDefault: true},
@@ -82,6 +86,9 @@ func TestRunConfigFrom(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runConfigFrom(tc.spec, tc.kdd)
+			if tc.want.assignIPs == "" {
+				tc.want.assignIPs = api.AllServices
+			}
 			if !equalRunConfig(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}

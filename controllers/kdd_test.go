@@ -27,7 +27,7 @@ func TestForDatastore(t *testing.T) {
 		wantSkipped []string
 	}{
 		{datastore.TypeEtcd, All, All, nil},
-		{datastore.TypeKubernetes, All, []string{Node, IPAMGC}, []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy}},
+		{datastore.TypeKubernetes, All, []string{Node, IPAMGC, LoadBalancer}, []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy}},
 		{datastore.TypeKubernetes, []string{Node, IPAMGC}, []string{Node, IPAMGC}, nil},
 		{datastore.TypeKubernetes, []string{Policy}, nil, []string{Policy}},
 	}
@@ -74,9 +74,9 @@ func TestKDD(t *testing.T) {
 
 	in := e.start(t, e.fastConfig("kdd", All...))
 
-	t.Run("only node and ipamgc run", func(t *testing.T) {
-		if got := in.c.cfg.Enabled; !slices.Equal(got, []string{Node, IPAMGC}) {
-			t.Errorf("enabled = %v, want [node ipamgc]", got)
+	t.Run("only node, ipamgc and loadbalancer run", func(t *testing.T) {
+		if got := in.c.cfg.Enabled; !slices.Equal(got, []string{Node, IPAMGC, LoadBalancer}) {
+			t.Errorf("enabled = %v, want [node ipamgc loadbalancer]", got)
 		}
 		// One warning for each controller left out, with the reason.
 		for _, name := range []string{Namespace, ServiceAccount, WorkloadEndpoint, Policy} {
@@ -85,8 +85,8 @@ func TestKDD(t *testing.T) {
 			}
 		}
 		eventually(t, deadline, func() error {
-			if !e.logged(`msg="kube-controllers standing for election"`, `controllers="[node ipamgc]"`) {
-				return errors.New("election not stood for node and ipamgc alone")
+			if !e.logged(`msg="kube-controllers standing for election"`, `controllers="[node ipamgc loadbalancer]"`) {
+				return errors.New("election not stood for node, ipamgc and loadbalancer alone")
 			}
 			return nil
 		})

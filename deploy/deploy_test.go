@@ -326,8 +326,9 @@ func checkDaemonSet(t *testing.T, fl flavour) {
 				t.Errorf("ConfigMap key %s on the Kubernetes datastore", k)
 			}
 		}
-		// Calico on KDD runs only the node-lifecycle controllers.
-		controllersWanted = []string{"node", "ipamgc"}
+		// Calico on KDD runs only the node-lifecycle controllers and
+		// LoadBalancer IPAM.
+		controllersWanted = []string{"node", "ipamgc", "loadbalancer"}
 	}
 	if got, err := controllers.ParseEnabled(env["ENABLED_CONTROLLERS"]); err != nil || !slices.Equal(got, controllersWanted) {
 		t.Errorf("ENABLED_CONTROLLERS = %v, %v; want %v", got, err, controllersWanted)
@@ -709,7 +710,7 @@ func TestKDD(t *testing.T) {
 
 		// The manifest's controllers, with nothing but the RBAC.
 		runControllers(t, ctx, c, token, controllers.Config{
-			Enabled: []string{controllers.Node, controllers.IPAMGC}, Datastore: datastore.TypeKubernetes,
+			Enabled: []string{controllers.Node, controllers.IPAMGC, controllers.LoadBalancer}, Datastore: datastore.TypeKubernetes,
 		}, store, ipamc)
 
 		if err := c.Client.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
@@ -786,6 +787,7 @@ func (a access) in(list []access) bool {
 //   - the node controller's removal of a deleted node's BGPPeers,
 //     HostEndpoints and node.<name> configurations, and its automatic
 //     host endpoints;
+//   - the LoadBalancer controller's Service status;
 //   - the controllers' Lease.
 func kddAccess() []access {
 	var out []access
@@ -833,6 +835,7 @@ func kddAccess() []access {
 	out = append(out,
 		access{verb: "patch", resource: "nodes/status"},
 		access{verb: "patch", resource: "pods/status"},
+		access{verb: "update", resource: "services/status"}, // the LoadBalancer controller's addresses
 		access{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: controllers.DefaultLeaseNamespace},
 		access{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: controllers.DefaultLeaseNamespace, name: controllers.DefaultLeaseName},
 		access{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: controllers.DefaultLeaseNamespace, name: controllers.DefaultLeaseName},

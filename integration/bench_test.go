@@ -38,7 +38,7 @@ func BenchmarkDataplane(b *testing.B) {
 	}
 	nEP, nPol, nChange := envInt("DATAPLANE_BENCH_EPS", 1000), envInt("DATAPLANE_BENCH_POLICIES", 500), envInt("DATAPLANE_BENCH_CHANGES", 50)
 	objs := benchObjects(b, nEP, nPol)
-	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix()}
+	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix(nil)}
 	for _, o := range objs {
 		snap.Add(o)
 	}

@@ -190,9 +190,11 @@ func (n *node) calicoctl(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// The web pod accepts TCP only from pods labelled app=client; the
-// outage test widens it to app=other once the API server is back.
-const webPolicy = `
+// webPolicy lets only the pods source selects reach the web pod (TCP
+// 8080); the outage test widens it from app=client to app=other once the
+// API server is back.
+func webPolicy(source string) string {
+	return fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
 metadata: {name: web, namespace: prod}
@@ -201,10 +203,10 @@ spec:
   ingress:
   - action: Allow
     protocol: TCP
-    source:
-      selector: "app in {CLIENTS}"
+    source: {selector: "%s"}
     destination: {ports: [8080]}
-`
+`, source)
+}
 
 // TestKDDAPIServerOutage: the Kubernetes datastore goes away twice with
 // policy and routes programmed. Throughout each outage the dataplane stays
@@ -228,7 +230,7 @@ spec: {cidr: 10.65.0.0/16, blockSize: 26, ipipMode: Never, vxlanMode: Never}
 	client := n.addPod(t, "prod", "client", "client", map[string]string{"app": "client"})
 	other := n.addPod(t, "prod", "other", "other", map[string]string{"app": "other"})
 	pods := []*pod{web, client, other}
-	n.apply(t, strings.ReplaceAll(webPolicy, "CLIENTS", "'client'"))
+	n.apply(t, webPolicy("app in {'client'}"))
 
 	type check struct {
 		from  *pod
@@ -349,7 +351,7 @@ spec: {cidr: 10.65.0.0/16, blockSize: 26, ipipMode: Never, vxlanMode: Never}
 
 	t.Run("watches resume when the API server is back", func(t *testing.T) {
 		ready(t)
-		n.apply(t, strings.ReplaceAll(webPolicy, "CLIENTS", "'client', 'other'"))
+		n.apply(t, webPolicy("app in {'client', 'other'}"))
 		reach(t, "policy changed after the outage", check{client, true}, check{other, true})
 		// The pods live on after this subtest (n.t).
 		late := n.addPod(n.t, "prod", "late", "client", map[string]string{"app": "client"})
@@ -395,7 +397,7 @@ spec: {cidr: 10.65.0.0/16, blockSize: 26, ipipMode: Never, vxlanMode: Never}
 
 	t.Run("restarted agent catches up when the API server is back", func(t *testing.T) {
 		ready(t)
-		n.apply(t, strings.ReplaceAll(webPolicy, "CLIENTS", "'other'"))
+		n.apply(t, webPolicy("app in {'other'}"))
 		reach(t, "policy changed after the second outage", check{client, false}, check{other, true})
 		last := n.addPod(n.t, "prod", "last", "other", map[string]string{"app": "other"})
 		pods = append(pods, last)

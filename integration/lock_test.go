@@ -49,18 +49,7 @@ func testLockedDatastore(t *testing.T, n *node) {
 	}
 	time.Sleep(time.Second) // the agent sees the lock
 	before := caliRules(t)
-	n.apply(t, `
-apiVersion: projectcalico.org/v3
-kind: NetworkPolicy
-metadata: {name: web, namespace: prod}
-spec:
-  selector: app == 'web'
-  ingress:
-  - action: Allow
-    protocol: TCP
-    source: {selector: app == 'client'}
-    destination: {ports: [8080]}
-`)
+	n.apply(t, webPolicy("app == 'client'"))
 	// Several of the agent's resyncs go by: nothing changes.
 	time.Sleep(3 * resync)
 	if got := c.probeAll(); !equalVerdicts(got, open) {

@@ -231,18 +231,7 @@ spec: {defaultEndpointToHostAction: Accept}
 		{name: "no policy: profiles allow"},
 		{name: "deny by default once selected", allowOnly: true,
 			want: []string{"client->web tcp/8080", "web->client", "client->node", "outside->node"},
-			yaml: `
-apiVersion: projectcalico.org/v3
-kind: NetworkPolicy
-metadata: {name: web, namespace: prod}
-spec:
-  selector: app == 'web'
-  ingress:
-  - action: Allow
-    protocol: TCP
-    source: {selector: app == 'client'}
-    destination: {ports: [8080]}
-`},
+			yaml: webPolicy("app == 'client'")},
 		{name: "order and Pass across tiers", allowOnly: true,
 			want: []string{"builder->web tcp/8080", "web->client", "client->node", "outside->node"},
 			yaml: `

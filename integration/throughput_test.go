@@ -63,7 +63,7 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix()}
+	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix(nil)}
 	for _, o := range objs {
 		snap.Add(o)
 	}

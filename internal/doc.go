@@ -11,14 +11,17 @@
 //	            crdgen writing deploy/crds.yaml) and connect/, which opens
 //	            the one a configuration names
 //	ipam/       Calico's block IPAM, one algorithm over either backend
-//	policy/     the pure policy compiler, its packet simulator (sim) and the
-//	            Kubernetes NetworkPolicy translation (k8spolicy)
+//	policy/     the pure policy compiler, its packet simulator (sim), the
+//	            Kubernetes NetworkPolicy translation (k8spolicy) and explain,
+//	            which says what Calico does with a packet and why
 //	cni/        the calico and calico-ipam plugins, the agent's CNI server,
 //	            and cnientry, the plugin's hand-off to the agent
 //	ctl/        calicoctl's verbs
 //	kube/       the small Kubernetes REST client and Lease elector
 //	buildinfo/  the version stamped at build time
 //	atomicfile/ files replaced whole (temporary file and rename)
+//	ociimage/   the calico-node container image, built without an engine
+//	            (mkimage/ is its command)
 //	testkit/    test harnesses; no shipped package imports them
 //
 // The dataplane's kernel parts (iptables, routes, overlays) live beside the

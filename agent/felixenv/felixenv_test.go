@@ -8,6 +8,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 // TestParse sets one variable at a time and compares the JSON of the
@@ -64,14 +65,8 @@ func TestParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
 			got, err := Parse([]string{tt.env, "PATH=/bin"})
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			if got.Spec == nil {
 				t.Fatal("Spec = nil")
@@ -167,7 +162,8 @@ func TestPrecedence(t *testing.T) {
 	drop, on := "Drop", true
 	global := &api.FelixConfigurationSpec{DefaultEndpointToHostAction: drop, IPv6Support: &on}
 	node := &api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"}
-	cfg := policy.ConfigFromFelix(global, node, ov.Spec)
+	merged := Merge(global, node, ov.Spec)
+	cfg := policy.ConfigFromFelix(&merged)
 	if cfg.EndpointToHostAction != "ACCEPT" || cfg.IPv6 {
 		t.Errorf("merged config: endpoint-to-host %q, IPv6 %v; want ACCEPT and false", cfg.EndpointToHostAction, cfg.IPv6)
 	}

@@ -239,6 +239,26 @@ func encodeRoute(op Op, seq uint32) ([]byte, error) {
 	return req.Serialize(), nil
 }
 
+// writeReporting writes ops, keys[i] naming ops[i]'s route, and returns
+// the errors of the pass: a delete of a route already gone is none; a
+// refused replace is also recorded in problems under its key.
+func (t *Table) writeReporting(ops []Op, keys []string, problems map[string]string) []error {
+	var errs []error
+	for i, err := range t.write(ops) {
+		switch {
+		case err == nil:
+		case ops[i].Del:
+			if !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
+			problems[keys[i]] = "the kernel refused it: " + err.Error()
+		}
+	}
+	return errs
+}
+
 // write applies ops through the kernel's batches when it has them.
 func (t *Table) write(ops []Op) []error {
 	if b, ok := t.k.(batchWriter); ok {

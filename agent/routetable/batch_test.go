@@ -21,20 +21,7 @@ import (
 // batchNS is testNS's namespace with a batching Kernel in it.
 func batchNS(t *testing.T) (*Netlink, *netlink.Handle) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	ns := netnstest.New(t, "routes-batch")
-	for _, args := range [][]string{
-		{"link", "add", "dummy0", "type", "veth", "peer", "name", "dummy0p"},
-		{"link", "set", "dummy0p", "up"},
-		{"link", "set", "dummy0", "up"},
-		{"addr", "add", "192.0.2.1/24", "dev", "dummy0"},
-		{"-6", "addr", "add", "2001:db8::1/64", "dev", "dummy0", "nodad"},
-		{"route", "add", "198.51.100.0/24", "via", "192.0.2.254", "proto", "static"},
-	} {
-		ns.MustRun(t, "ip", args...)
-	}
+	ns := nodeNS(t, "routes-batch")
 	h, err := netns.GetFromName(ns.Name)
 	if err != nil {
 		t.Fatal(err)

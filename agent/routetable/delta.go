@@ -2,10 +2,7 @@ package routetable
 
 import (
 	"errors"
-	"fmt"
 	"maps"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/projectcalico/calico-node/agent/routes"
 )
@@ -124,20 +121,9 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 		ops, opKeys = append(ops, Op{Route: nr}), append(opKeys, k)
 		written[k] = w
 	}
-	var errs []error
-	for i, err := range t.write(ops) {
-		switch {
-		case err == nil:
-		case ops[i].Del:
-			if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
-			problems[opKeys[i]] = "the kernel refused it: " + err.Error()
-			delete(written, opKeys[i])
-		}
-	}
+	// A refused route fails the pass: written is then not recorded, and
+	// its problem keeps it out of shown.
+	errs := t.writeReporting(ops, opKeys, problems)
 	t.mu.Lock()
 	for _, k := range gone {
 		delete(t.shown, k)

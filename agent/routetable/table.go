@@ -445,19 +445,11 @@ func (t *Table) Reconcile() error {
 	for _, nr := range d.replace {
 		ops = append(ops, Op{Route: nr})
 	}
-	for i, err := range t.write(ops) {
-		switch {
-		case err == nil:
-		case i < len(d.del):
-			if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("delete route %s: %w", d.del[i].Dst, err))
-			}
-		default:
-			j := i - len(d.del)
-			errs = append(errs, fmt.Errorf("replace route %s: %w", d.replace[j].Dst, err))
-			d.problems[key(d.changed[j])] = "the kernel refused it: " + err.Error()
-		}
+	keys := make([]string, len(d.del), len(ops)) // a delete records no problem
+	for _, r := range d.changed {
+		keys = append(keys, key(r))
 	}
+	errs = append(errs, t.writeReporting(ops, keys, d.problems)...)
 	t.record(d.want, d.problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil // next pass lists the kernel again
@@ -667,18 +659,7 @@ func (t *Table) applyDiff() error {
 		}
 		ops, keys = append(ops, Op{Route: nr}), append(keys, k)
 	}
-	for i, err := range t.write(ops) {
-		switch {
-		case err == nil:
-		case ops[i].Del:
-			if !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("delete route %s: %w", ops[i].Route.Dst, err))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("replace route %s: %w", ops[i].Route.Dst, err))
-			problems[keys[i]] = "the kernel refused it: " + err.Error()
-		}
-	}
+	errs = append(errs, t.writeReporting(ops, keys, problems)...)
 	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
 		t.last = nil

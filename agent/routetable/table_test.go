@@ -24,17 +24,16 @@ import (
 // (192.0.2.1/24, 2001:db8::1/64) and returns a netlink handle in it.
 func testNS(t *testing.T) *netlink.Handle {
 	t.Helper()
-	_, nl := testNamespace(t)
-	return nl
+	return nodeNS(t, "routes-test").Netlink(t)
 }
 
-// testNamespace is testNS with the namespace, to run ip in.
-func testNamespace(t *testing.T) (*netnstest.NS, *netlink.Handle) {
+// nodeNS is testNS's namespace, its name starting with prefix.
+func nodeNS(t *testing.T, prefix string) *netnstest.NS {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ns := netnstest.New(t, "routes-test")
+	ns := netnstest.New(t, prefix)
 	for _, args := range [][]string{
 		// No dummy driver on every kernel: a veth pair serves.
 		{"link", "add", "dummy0", "type", "veth", "peer", "name", "dummy0p"},
@@ -47,7 +46,7 @@ func testNamespace(t *testing.T) (*netnstest.NS, *netlink.Handle) {
 	} {
 		ns.MustRun(t, "ip", args...)
 	}
-	return ns, ns.Netlink(t)
+	return ns
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -436,7 +435,8 @@ func TestOnApplied(t *testing.T) {
 // routes to other interfaces, stay. Turned off, only our protocol's
 // routes go.
 func TestRemoveExternalRoutes(t *testing.T) {
-	n, nl := testNamespace(t)
+	n := nodeNS(t, "routes-external")
+	nl := n.Netlink(t)
 	ns := func(args ...string) {
 		t.Helper()
 		n.MustRun(t, "ip", args...)

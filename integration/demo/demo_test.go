@@ -175,7 +175,8 @@ func tcp(netns, ip string) (string, error) {
 
 // TestDemo runs the demo on etcd as a user would, twice in a row, checks
 // what it showed against the expected BGP mesh and policy outcome, probes
-// the running cluster itself, then checks `down` leaves nothing behind.
+// the running cluster itself, runs the README tour's commands on it
+// (checkTour), then checks `down` leaves nothing behind.
 func TestDemo(t *testing.T) {
 	d := newDemoRun(t, datastoreEtcd)
 	first, _ := d.up()
@@ -187,6 +188,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	checkDemo(t, d, r, out, []string{"[11/11]", "Successfully applied 1 'NetworkPolicy'"})
+	checkTour(t, d, r)
 	checkDown(t, d, r)
 }
 

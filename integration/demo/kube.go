@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -363,13 +362,5 @@ func relay(in net.Conn, addr string) {
 		return
 	}
 	defer out.Close()
-	done := make(chan struct{})
-	go func() {
-		io.Copy(out, in)
-		out.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(in, out)
-	in.(*net.TCPConn).CloseWrite()
-	<-done
+	kubetest.Splice(in, out)
 }

@@ -595,6 +595,13 @@ func (c *cluster) startAgent(i int) error {
 	if err := os.MkdirAll(c.nodeDir(i), 0o755); err != nil {
 		return fmt.Errorf("create node dir: %w", err)
 	}
+	return c.spawn(nodeName(i), c.nodeDir(i), c.agentArgv(i, "run")...)
+}
+
+// agentArgv is `calico-node VERB` in node i's namespace with the flags and
+// environment of its agent: run starts it, plan (the tour's `calico-node
+// plan`) plans for it.
+func (c *cluster) agentArgv(i int, verb string) []string {
 	datastore := []string{"--etcd-endpoints=" + c.etcdUnix()}
 	if c.kdd() {
 		datastore = []string{"--datastore-type=kubernetes", "--kubeconfig=" + c.kubeconfig()}
@@ -603,8 +610,8 @@ func (c *cluster) startAgent(i int) error {
 	// machine's /var/run/calico (FELIX_* settings are environment only).
 	argv := append([]string{"ip", "netns", "exec", c.nodeNS(i),
 		"env", "FELIX_ENDPOINTSTATUSPATHPREFIX=" + c.nodeDir(i),
-		filepath.Join(c.o.binDir, "calico-node"), "run"}, datastore...)
-	return c.spawn(nodeName(i), c.nodeDir(i), append(argv,
+		filepath.Join(c.o.binDir, "calico-node"), verb}, datastore...)
+	return append(argv,
 		"--nodename="+nodeName(i),
 		"--ip="+nodeAddr(i)+"/24",
 		"--no-default-pools",
@@ -614,7 +621,7 @@ func (c *cluster) startAgent(i int) error {
 		"--status-socket="+c.statusSocket(i),
 		"--health-addr=127.0.0.1:9099",
 		"--log-level=info",
-	)...)
+	)
 }
 
 // waitMesh waits until every node has an Established session with each

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +32,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // The simulated nodes run in child processes: this test binary re-executed
@@ -95,19 +95,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// lineWriter serialises report lines onto stdout.
-type lineWriter struct {
-	mu sync.Mutex
-	w  *bufio.Writer
-}
-
-func (l *lineWriter) printf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fmt.Fprintf(l.w, format+"\n", args...)
-	l.w.Flush()
-}
-
 func agentProcessMain() int {
 	if os.Getenv(agentEnv) == "hub" {
 		return hubProcessMain()
@@ -121,7 +108,7 @@ func agentProcessMain() int {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	out := scaletest.Stdout()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	names := strings.Split(os.Getenv(nodesEnv), ",")
@@ -172,20 +159,20 @@ func agentProcessMain() int {
 // Watcher over etcd and the IPAM keys, served on a loopback port, until
 // stdin closes. It reports "hub <addr> <start> <synced>".
 func hubProcessMain() int {
-	out := &lineWriter{w: bufio.NewWriter(os.Stdout)}
+	out := scaletest.Stdout()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("hub", true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
 	store, err := connectEtcd(ctx, datastore.Config{Endpoints: strings.Split(os.Getenv(endpointsEnv), ","), Logger: logger})
 	if err != nil {
-		out.printf("error hub %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		out.Printf("error hub %s", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
 	defer store.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		out.printf("error hub %v", err)
+		out.Printf("error hub %v", err)
 		return 1
 	}
 	w := confwatch.New(store, logger, nil)
@@ -193,7 +180,7 @@ func hubProcessMain() int {
 	go w.Run(ctx)
 	go srv.Run(ctx)
 	<-w.Synced()
-	out.printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
+	out.Printf("hub %s %d %d", l.Addr(), start.UnixNano(), time.Now().UnixNano())
 	io.Copy(io.Discard, os.Stdin)
 	return 0
 }
@@ -202,7 +189,7 @@ func hubProcessMain() int {
 // or pod once all of them have it, with the latest arrival: the parent
 // takes the latest over its processes.
 type aggregator struct {
-	out *lineWriter
+	out *scaletest.LineWriter
 	// agents in the process; policyAgents of them run the policy actor.
 	agents, policyAgents int
 
@@ -229,7 +216,7 @@ func newProbeArrivals(verb string, agents int) *probeArrivals {
 	return &probeArrivals{verb: verb, agents: agents, t0: map[int]time.Time{}, at: map[int][]time.Time{}}
 }
 
-func (p *probeArrivals) flush(out *lineWriter, gen int) {
+func (p *probeArrivals) flush(out *scaletest.LineWriter, gen int) {
 	t0, ok := p.t0[gen]
 	at := p.at[gen]
 	if !ok || p.agents == 0 || len(at) < p.agents {
@@ -238,7 +225,7 @@ func (p *probeArrivals) flush(out *lineWriter, gen int) {
 	for _, a := range at {
 		p.hist.add(a.Sub(t0))
 	}
-	out.printf("%s %d %d %d", p.verb, gen, len(at), slices.MaxFunc(at, time.Time.Compare).UnixNano())
+	out.Printf("%s %d %d %d", p.verb, gen, len(at), slices.MaxFunc(at, time.Time.Compare).UnixNano())
 	delete(p.at, gen)
 }
 
@@ -247,7 +234,7 @@ type podArrivals struct {
 	last      time.Time
 }
 
-func newAggregator(out *lineWriter, agents, policyAgents int) *aggregator {
+func newAggregator(out *scaletest.LineWriter, agents, policyAgents int) *aggregator {
 	return &aggregator{out: out, agents: agents, policyAgents: policyAgents,
 		seen: newProbeArrivals("gnp", agents), compiled: newProbeArrivals("gnpc", policyAgents),
 		pods: map[string]*podArrivals{}}
@@ -307,9 +294,9 @@ func (a *aggregator) flushPodLocked(key string, p *podArrivals) {
 		return
 	}
 	if p.missed > 0 {
-		a.out.printf("podmiss %s %d", key, p.missed)
+		a.out.Printf("podmiss %s %d", key, p.missed)
 	} else {
-		a.out.printf("pod %s %d %d", key, p.n, p.last.UnixNano())
+		a.out.Printf("pod %s %d %d", key, p.n, p.last.UnixNano())
 	}
 	delete(a.pods, key)
 }
@@ -330,7 +317,7 @@ func (a *aggregator) report(nodes []*simNode) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.out.printf("stats %d %d %d %d %d %d %d %s %s %s", updates, kvEvents, a.warnings.Load(), ms.HeapAlloc,
+	a.out.Printf("stats %d %d %d %d %d %d %d %s %s %s", updates, kvEvents, a.warnings.Load(), ms.HeapAlloc,
 		compiles, routeNs, bgpNs, a.seen.hist.encode(), a.compiled.hist.encode(), a.podHist.encode())
 }
 
@@ -355,31 +342,15 @@ func newSimNode(name string, agg *aggregator, withPolicy bool) *simNode {
 // connectEtcd retries connect.New until the cluster answers, as `calico-node
 // run` does at start; configuration errors end it.
 func connectEtcd(ctx context.Context, cfg datastore.Config) (datastore.Store, error) {
-	backoff := 200 * time.Millisecond
-	for {
-		store, err := connect.New(ctx, cfg)
-		var cfgErr *datastore.ConfigError
-		if err == nil || errors.As(err, &cfgErr) || ctx.Err() != nil {
-			return store, err
-		}
-		cfg.Logger.Warn("etcd not reachable, retrying", "err", err, "backoff", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	return scaletest.Connect(ctx, cfg.Logger, "etcd", func(ctx context.Context) (datastore.Store, error) { return connect.New(ctx, cfg) })
 }
 
 func (n *simNode) run(ctx context.Context, endpoints []string) {
-	logger := slog.New(countingHandler{
-		next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), n: &n.agg.warnings,
-	}).With("node", n.name)
+	logger := scaletest.CountingLogger(&n.agg.warnings).With("node", n.name)
 	start := time.Now()
 	store, err := connectEtcd(ctx, datastore.Config{Endpoints: endpoints, Logger: logger})
 	if err != nil {
-		n.agg.out.printf("error %s %s", n.name, strings.ReplaceAll(err.Error(), "\n", " "))
+		n.agg.out.Printf("error %s %s", n.name, strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}
 	defer store.Close()
@@ -398,7 +369,7 @@ func (n *simNode) run(ctx context.Context, endpoints []string) {
 	w := confwatch.New(src, logger, nil)
 	go w.Run(ctx)
 
-	kv := countingKV{KV: ipamKV, n: &n.kvEvents}
+	kv := scaletest.CountingKV{KV: ipamKV, N: &n.kvEvents}
 	ipamStates := make(chan bgp.IPAMState, 1)
 	go bgp.WatchIPAM(ctx, kv, n.name, logger, func(st bgp.IPAMState) {
 		// Latest wins, as the speaker's own wake-up channel does.
@@ -422,7 +393,7 @@ func (n *simNode) run(ctx context.Context, endpoints []string) {
 	case <-ctx.Done():
 		return
 	}
-	n.agg.out.printf("synced %s %d %d", n.name, start.UnixNano(), time.Now().UnixNano())
+	n.agg.out.Printf("synced %s %d %d", n.name, start.UnixNano(), time.Now().UnixNano())
 	r := newRouting(n)
 	updates := sub.Updates(ctx)
 	tick := time.NewTicker(time.Second) // verify's polling
@@ -735,7 +706,7 @@ func (r *routing) tryVerify() {
 			rrPeers++
 		}
 	}
-	r.n.agg.out.printf("verify %s %s %d %d %d %d %s", r.n.name, status, len(r.desired.Sessions), rrClients, mesh, rrPeers, problem)
+	r.n.agg.out.Printf("verify %s %s %d %d %d %d %s", r.n.name, status, len(r.desired.Sessions), rrClients, mesh, rrPeers, problem)
 }
 
 // advertsMatchBlocks: the blocks the speaker originates (from BGP's IPAM
@@ -784,54 +755,4 @@ func digest(lines []string) string {
 		h.Write([]byte{'\n'})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
-}
-
-// countingKV counts the keys its watches deliver.
-type countingKV struct {
-	datastore.KV
-	n *atomic.Int64
-}
-
-func (k countingKV) Watch(ctx context.Context, prefix string) <-chan datastore.KVEvent {
-	in := k.KV.Watch(ctx, prefix)
-	out := make(chan datastore.KVEvent)
-	go func() {
-		defer close(out)
-		for ev := range in {
-			switch ev.Type {
-			case datastore.KVPut, datastore.KVDelete:
-				k.n.Add(1)
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// countingHandler counts the records it passes on: a watch that fails or
-// relists logs a warning, which the harness reports.
-type countingHandler struct {
-	next slog.Handler
-	n    *atomic.Int64
-}
-
-func (h countingHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.next.Enabled(ctx, l)
-}
-
-func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.n.Add(1)
-	return h.next.Handle(ctx, r)
-}
-
-func (h countingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return countingHandler{next: h.next.WithAttrs(attrs), n: h.n}
-}
-
-func (h countingHandler) WithGroup(name string) slog.Handler {
-	return countingHandler{next: h.next.WithGroup(name), n: h.n}
 }

@@ -124,32 +124,33 @@ func (c *churner) do(cl cni, j job) {
 	// Jobs under way finish even after the churn stops: a pod half set up
 	// would be neither live nor deleted.
 	ctx := context.Background()
+	var (
+		ip  netip.Addr
+		t0  time.Time
+		st  opStats
+		err error
+	)
 	if j.add {
-		ip, t0, st, err := cl.add(ctx, j.p)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.retries += st.retries
-		if err != nil {
-			c.failed = append(c.failed, err.Error())
-			return
-		}
+		ip, t0, st, err = cl.add(ctx, j.p)
+	} else {
+		st, err = cl.del(ctx, j.p)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retries += st.retries
+	switch {
+	case err != nil:
+		c.failed = append(c.failed, err.Error())
+	case j.add:
 		c.addLat = append(c.addLat, st.took)
 		c.live[j.p.key()] = livePod{pod: j.p, ip: ip, t0: t0}
 		c.t0s[j.p.key()] = t0
 		c.dueMu.Lock()
 		c.due = append(c.due, duePod{at: time.Now().Add(c.lifetime), p: j.p})
 		c.dueMu.Unlock()
-		return
+	default:
+		c.delLat = append(c.delLat, st.took)
+		delete(c.live, j.p.key())
+		c.deleted[j.p.key()] = j.p
 	}
-	st, err := cl.del(ctx, j.p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.retries += st.retries
-	if err != nil {
-		c.failed = append(c.failed, err.Error())
-		return
-	}
-	c.delLat = append(c.delLat, st.took)
-	delete(c.live, j.p.key())
-	c.deleted[j.p.key()] = j.p
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -294,20 +295,20 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	for i := range names {
 		names[i] = nodeName(i)
 	}
-	r.LoadBefore = loadAverage()
+	r.LoadBefore = scaletest.LoadAverage()
 	e0 := mon.read()
 	f := newFleet()
 	if mode == "fanout" {
 		f.startHub(tb, cluster.Endpoints)
 	}
 	f.launch(tb, names, cluster.Endpoints, p.calib, p.perProc, p.memPerNode, p.nice, p.syncTimeout)
-	r.Processes = len(f.procs)
+	r.Processes = len(f.Procs)
 	mon.setAgents(f.cpu)
-	if !f.wait(p.syncTimeout, func() bool { return len(f.synced) == n }) {
-		tb.Fatalf("%d of %d nodes in sync after %s%s", len(f.synced), n, p.syncTimeout, f.problems())
+	if !f.Wait(p.syncTimeout, func() bool { return len(f.synced) == n }) {
+		tb.Fatalf("%d of %d nodes in sync after %s%s", len(f.synced), n, p.syncTimeout, f.Problems())
 	}
 	each, all := f.syncedTimes()
-	r.SyncAll, r.SyncEachP50, r.SyncEachP99 = ms(all), ms(pct(each, 0.5)), ms(pct(each, 0.99))
+	r.SyncAll, r.SyncEachP50, r.SyncEachP99 = scaletest.Ms(all), scaletest.Ms(scaletest.Pct(each, 0.5)), scaletest.Ms(scaletest.Pct(each, 0.99))
 	e1 := mon.read()
 	r.EtcdCPUStart = delta(e0, e1, "cpu")
 	// A node reports in sync with confwatch; its IPAM watches may open a
@@ -361,7 +362,7 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	c1, cal1, h1 := f.cpu(), calibCPU(f, p.calib), f.hubCPU()
 	r.HubCPU = (h1 - h0).Seconds() / time.Since(start).Seconds()
 	r.HubRSS = f.hubRSS()
-	r.LoadAfter = loadAverage()
+	r.LoadAfter = scaletest.LoadAverage()
 	r.ChurnSeconds = churnSecs
 
 	// etcd during the churn.
@@ -393,7 +394,7 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	ch.mu.Lock()
 	r.PodsStarted, r.PodsDeleted = ch.started, len(ch.deleted)
 	r.PodRate = float64(ch.started) / churnSecs
-	r.CNIAddP50, r.CNIAddP99 = ms(pct(ch.addLat, 0.5)), ms(pct(ch.addLat, 0.99))
+	r.CNIAddP50, r.CNIAddP99 = scaletest.Ms(scaletest.Pct(ch.addLat, 0.5)), scaletest.Ms(scaletest.Pct(ch.addLat, 0.99))
 	r.CNIRetries = ch.retries + pr.retries
 	r.FailedOperations = len(ch.failed) + pr.failed
 	for _, e := range ch.failed {
@@ -403,9 +404,9 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	ch.mu.Unlock()
 
 	// Every node has every probe and every pod (or saw it go).
-	if !f.wait(p.drainTimeout, func() bool {
+	if !f.Wait(p.drainTimeout, func() bool {
 		for g := 1; g <= pr.gens; g++ {
-			if a := f.gnp[g]; a == nil || a.procs < len(f.procs) {
+			if a := f.gnp[g]; a == nil || a.procs < len(f.Procs) {
 				return false
 			}
 			if a := f.gnpc[g]; r.Calibration > 0 && (a == nil || a.procs < r.Calibration) {
@@ -413,19 +414,19 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 			}
 		}
 		for key := range t0s {
-			if a := f.pods[key]; a == nil || a.procs < len(f.procs) {
+			if a := f.pods[key]; a == nil || a.procs < len(f.Procs) {
 				return false
 			}
 		}
 		return true
 	}) {
-		tb.Errorf("not every node had every probe and pod %s after the churn%s", p.drainTimeout, f.problems())
+		tb.Errorf("not every node had every probe and pod %s after the churn%s", p.drainTimeout, f.Problems())
 	}
 	var gnpAll, gnpcAll, podAll, gnpOut, podOut []time.Duration
-	f.mu.Lock()
+	f.Lock()
 	for g := 1; g <= pr.gens; g++ {
 		t0 := pr.t0[g]
-		if a := f.gnp[g]; a != nil && a.procs == len(f.procs) {
+		if a := f.gnp[g]; a != nil && a.procs == len(f.Procs) {
 			if outage(t0) {
 				gnpOut = append(gnpOut, a.last.Sub(t0))
 			} else {
@@ -441,9 +442,9 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 		switch {
 		case f.podMiss[key] > 0:
 			r.PodsMissed++
-		case a != nil && a.procs == len(f.procs) && outage(t0):
+		case a != nil && a.procs == len(f.Procs) && outage(t0):
 			podOut = append(podOut, a.last.Sub(t0))
-		case a != nil && a.procs == len(f.procs):
+		case a != nil && a.procs == len(f.Procs):
 			podAll = append(podAll, a.last.Sub(t0))
 		}
 	}
@@ -452,23 +453,23 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 		for g := 1; g <= pr.gens; g++ {
 			if a := f.gnp[g]; a != nil {
 				var per []string
-				for i := range f.procs {
-					per = append(per, fmt.Sprintf("%.0f", ms(f.gnpByProc[g][i].Sub(pr.t0[g]))))
+				for i := range f.Procs {
+					per = append(per, fmt.Sprintf("%.0f", scaletest.Ms(f.gnpByProc[g][i].Sub(pr.t0[g]))))
 				}
-				fmt.Printf("probe %d written at %.1f s: every cache after %.0f ms; per process %s\n", g, pr.t0[g].Sub(start).Seconds(), ms(a.last.Sub(pr.t0[g])), strings.Join(per, " "))
+				fmt.Printf("probe %d written at %.1f s: every cache after %.0f ms; per process %s\n", g, pr.t0[g].Sub(start).Seconds(), scaletest.Ms(a.last.Sub(pr.t0[g])), strings.Join(per, " "))
 			}
 		}
 	}
-	f.mu.Unlock()
+	f.Unlock()
 	r.PolicyChanges, r.PodsTimed = len(gnpAll)+len(gnpOut), len(podAll)+len(podOut)
-	r.PolicyOutageN, r.PolicyOutageMax = len(gnpOut), ms(pct(gnpOut, 1))
-	r.PodOutageN, r.PodOutageMax = len(podOut), ms(pct(podOut, 1))
-	r.PolicyCachedAllP50, r.PolicyCachedAllP99 = ms(pct(gnpAll, 0.5)), ms(pct(gnpAll, 0.99))
-	r.PolicyCompiledAllP50, r.PolicyCompiledAllP99 = ms(pct(gnpcAll, 0.5)), ms(pct(gnpcAll, 0.99))
+	r.PolicyOutageN, r.PolicyOutageMax = len(gnpOut), scaletest.Ms(scaletest.Pct(gnpOut, 1))
+	r.PodOutageN, r.PodOutageMax = len(podOut), scaletest.Ms(scaletest.Pct(podOut, 1))
+	r.PolicyCachedAllP50, r.PolicyCachedAllP99 = scaletest.Ms(scaletest.Pct(gnpAll, 0.5)), scaletest.Ms(scaletest.Pct(gnpAll, 0.99))
+	r.PolicyCompiledAllP50, r.PolicyCompiledAllP99 = scaletest.Ms(scaletest.Pct(gnpcAll, 0.5)), scaletest.Ms(scaletest.Pct(gnpcAll, 0.99))
 	if len(gnpcAll)+len(gnpOut) != r.PolicyChanges {
 		tb.Errorf("%d probe generations compiled by every policy node, %d in every cache", len(gnpcAll), len(gnpAll))
 	}
-	r.PodAllP50, r.PodAllP99 = ms(pct(podAll, 0.5)), ms(pct(podAll, 0.99))
+	r.PodAllP50, r.PodAllP99 = scaletest.Ms(scaletest.Pct(podAll, 0.5)), scaletest.Ms(scaletest.Pct(podAll, 0.99))
 
 	// The agents' own figures.
 	st1 := f.collectStats(tb)
@@ -476,7 +477,7 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	var upd, kve, comp, warn, packedEvents int64
 	var heapPacked, heapCalib float64
 	nodesPacked := 0
-	for i, fp := range f.procs {
+	for i := range f.Procs {
 		s1, s0 := st1[i], st0[i]
 		upd += s1.updates - s0.updates
 		kve += s1.kvEvents - s0.kvEvents
@@ -488,12 +489,12 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 			heapCalib += float64(s1.heap)
 		} else {
 			heapPacked += float64(s1.heap)
-			nodesPacked += len(fp.nodes)
+			nodesPacked += len(f.nodes[i])
 			packedEvents += s1.updates - s0.updates + s1.kvEvents - s0.kvEvents
 		}
 	}
-	r.PolicyCachedEachP50, r.PolicyCachedEachP99 = ms(gh.quantile(0.5)), ms(gh.quantile(0.99))
-	r.PodEachP50, r.PodEachP99 = ms(ph.quantile(0.5)), ms(ph.quantile(0.99))
+	r.PolicyCachedEachP50, r.PolicyCachedEachP99 = scaletest.Ms(gh.quantile(0.5)), scaletest.Ms(gh.quantile(0.99))
+	r.PodEachP50, r.PodEachP99 = scaletest.Ms(ph.quantile(0.5)), scaletest.Ms(ph.quantile(0.99))
 	r.UpdatesPerNodeS = float64(upd) / float64(n) / churnSecs
 	r.KVEventsPerNodeS = float64(kve) / float64(n) / churnSecs
 	if r.Calibration > 0 {
@@ -537,7 +538,7 @@ func measure(tb testing.TB, n int, mode string, p params) Run {
 	r.Correct = r.LostWrites == 0 && r.DoubleAllocated == 0 && r.IPAMProblems == 0 && r.NodesResynced == n &&
 		r.FailedOperations == 0 && r.RRTopologyOK
 	if os.Getenv("ETCD_SCALE_DEBUG") != "" {
-		tb.Logf("agents-0 stderr:\n%s", f.procs[0].stderr.Tail(40))
+		tb.Logf("agents-0 stderr:\n%s", f.Procs[0].Stderr.Tail(40))
 	}
 	f.stop()
 	return r
@@ -548,7 +549,7 @@ func calibCPU(f *fleet, calib int) time.Duration {
 	var sum time.Duration
 	for i, pid := range f.pids() {
 		if i < calib {
-			d, _ := procCPU(pid)
+			d, _ := scaletest.ProcCPU(pid)
 			sum += d
 		}
 	}
@@ -591,8 +592,8 @@ func runProbes(ctx context.Context, store datastore.Store, f *fleet, probes int,
 		}
 		res.t0[gen] = t0
 		res.gens = gen
-		for _, fp := range f.procs {
-			fmt.Fprintf(fp.stdin, "gnp %d %d\n", gen, t0.UnixNano())
+		for _, p := range f.Procs {
+			fmt.Fprintf(p.Stdin, "gnp %d %d\n", gen, t0.UnixNano())
 		}
 	}
 	return res
@@ -704,15 +705,15 @@ func verifyNodes(tb testing.TB, ctx context.Context, c cni, f *fleet, s shape, r
 		aff[cidr.Masked()] = host
 	}
 	blkN, blkD := blockDigest(aff)
-	f.mu.Lock()
+	f.Lock()
 	clear(f.verify)
-	f.mu.Unlock()
-	f.command(tb, fmt.Sprintf("verify %d %s %d %s %s %s", len(lines), resD, blkN, blkD, rrClusterID, time.Minute))
-	if !f.wait(2*time.Minute, func() bool { return len(f.verify) == s.nodes }) {
-		tb.Errorf("verify answered by %d of %d nodes%s", len(f.verify), s.nodes, f.problems())
+	f.Unlock()
+	f.Command(tb, fmt.Sprintf("verify %d %s %d %s %s %s", len(lines), resD, blkN, blkD, rrClusterID, time.Minute))
+	if !f.Wait(2*time.Minute, func() bool { return len(f.verify) == s.nodes }) {
+		tb.Errorf("verify answered by %d of %d nodes%s", len(f.verify), s.nodes, f.Problems())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	r.RRTopologyOK = len(f.verify) == s.nodes
 	for i := range s.nodes {
 		name := nodeName(i)
@@ -774,7 +775,7 @@ func sessionCounts(tb testing.TB, ctx context.Context, store datastore.Store, s 
 			took += time.Since(start)
 			total += len(d.Sessions)
 		}
-		return total, ms(took) / float64(len(snap.Nodes))
+		return total, scaletest.Ms(took) / float64(len(snap.Nodes))
 	}
 	r.SessionsRR, r.ComputeRRMs = count(snap)
 	// The same cluster as Calico installs it: the default full mesh, no
@@ -821,7 +822,7 @@ func compileTime(tb testing.TB, ctx context.Context, store datastore.Store, node
 			tb.Errorf("compiling node %s's policy: %v", node, res.Problems)
 		}
 	}
-	return ms(pct(took, 0.5))
+	return scaletest.Ms(scaletest.Pct(took, 0.5))
 }
 
 func machine() string {

@@ -1,33 +1,29 @@
 package etcdscale
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
-// fleet is the agent processes of one run and what they reported.
+// fleet is the agent processes of one run and what they reported; the
+// fields below the Fleet are guarded by its lock.
 type fleet struct {
-	procs    []*fleetProc
-	hub      *fleetProc // the fan-out, if the nodes read one
+	*scaletest.Fleet
+	nodes    [][]string // per agent process, its nodes
 	hubAddr  string
 	launched time.Time
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every report
-	synced  map[string][2]time.Time
-	gnp     map[int]*arrival // gen -> processes whose nodes all have it in their caches
-	gnpc    map[int]*arrival // gen -> processes whose nodes all compiled it
+	synced map[string][2]time.Time
+	gnp    map[int]*arrival // gen -> processes whose nodes all have it in their caches
+	gnpc   map[int]*arrival // gen -> processes whose nodes all compiled it
 	// gnpByProc: gen -> process -> its last node's arrival (ETCD_SCALE_DEBUG's
 	// report of where the time went).
 	gnpByProc map[int]map[int]time.Time
@@ -35,23 +31,11 @@ type fleet struct {
 	podMiss   map[string]int      // ns/name -> agents that saw it deleted before routing it
 	stats     map[int]procStats   // process index -> last stats
 	verify    map[string]verifyLine
-	errs      []string
-	exited    int
-
-	stopOnce sync.Once
 }
 
 type arrival struct {
 	procs, agents int
 	last          time.Time
-}
-
-type fleetProc struct {
-	index  int
-	nodes  []string
-	proc   *proctest.Proc
-	stdin  io.WriteCloser
-	stderr *proctest.Log
 }
 
 type procStats struct {
@@ -66,8 +50,10 @@ type verifyLine struct {
 }
 
 func newFleet() *fleet {
-	return &fleet{changed: make(chan struct{}), synced: map[string][2]time.Time{}, gnp: map[int]*arrival{}, gnpc: map[int]*arrival{}, gnpByProc: map[int]map[int]time.Time{},
+	f := &fleet{synced: map[string][2]time.Time{}, gnp: map[int]*arrival{}, gnpc: map[int]*arrival{}, gnpByProc: map[int]map[int]time.Time{},
 		pods: map[string]*arrival{}, podMiss: map[string]int{}, stats: map[int]procStats{}, verify: map[string]verifyLine{}}
+	f.Fleet = scaletest.NewFleet(f.report)
+	return f
 }
 
 // launch starts the agent processes: the first calib nodes one per
@@ -108,10 +94,9 @@ func (f *fleet) launch(tb testing.TB, names []string, endpoints []string, calib,
 		} else if memPerNode > 0 {
 			env = append(env, fmt.Sprintf("GOMEMLIMIT=%dMiB", max(256, memPerNode*len(g))))
 		}
-		fp := f.start(tb, idx, fmt.Sprintf("agents-%d", idx), nice, env)
-		fp.nodes = g
-		f.procs = append(f.procs, fp)
-		if !f.wait(syncTimeout, func() bool {
+		f.StartAgent(tb, fmt.Sprintf("agents-%d", idx), nice, childEnv(env...))
+		f.nodes = append(f.nodes, g)
+		if !f.Wait(syncTimeout, func() bool {
 			for _, n := range g {
 				if _, ok := f.synced[n]; !ok {
 					return false
@@ -119,77 +104,27 @@ func (f *fleet) launch(tb testing.TB, names []string, endpoints []string, calib,
 			}
 			return true
 		}) {
-			tb.Fatalf("agents-%d: %d nodes not in sync after %s%s", idx, len(g), syncTimeout, f.problems())
+			tb.Fatalf("agents-%d: %d nodes not in sync after %s%s", idx, len(g), syncTimeout, f.Problems())
 		}
 	}
 }
 
-// start runs this test binary as a child with env at the given niceness,
-// reading its reports as process idx's (-1: the fan-out).
-func (f *fleet) start(tb testing.TB, idx int, name string, nice int, env []string) *fleetProc {
-	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command("nice", "-n", strconv.Itoa(nice), exe) // nice execs: the PID is the child's
-	cmd.Env = append(append(proctest.EnvWithout("CALICO_ETCD_SCALE_", "ETCD_", "GOMEMLIMIT=", "GOGC="),
-		profileEnv+"="+os.Getenv("ETCD_SCALE_CPUPROFILE")), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// A pipe of our own rather than StdoutPipe: the reader, not Wait,
-	// decides when the output has all been read.
-	rd, wr, err := os.Pipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stdout = wr
-	fp := &fleetProc{index: idx, stdin: stdin, stderr: &proctest.Log{}}
-	cmd.Stderr = fp.stderr
-	fp.proc, err = proctest.Launch(name, cmd)
-	wr.Close()
-	if err != nil {
-		rd.Close()
-		tb.Fatal(err)
-	}
-	go f.read(idx, rd)
-	return fp
+// childEnv is a child's environment: the test's without the harness's own
+// settings and Go's memory knobs, plus extra.
+func childEnv(extra ...string) []string {
+	return append(append(proctest.EnvWithout("CALICO_ETCD_SCALE_", "ETCD_", "GOMEMLIMIT=", "GOGC="),
+		profileEnv+"="+os.Getenv("ETCD_SCALE_CPUPROFILE")), extra...)
 }
 
 // startHub runs the fan-out (at normal priority, as etcd: it is the
 // cluster's, not a node's) and waits until it serves.
 func (f *fleet) startHub(tb testing.TB, endpoints []string) {
 	tb.Helper()
-	f.hub = f.start(tb, -1, "fanout", 0, []string{agentEnv + "=hub", endpointsEnv + "=" + strings.Join(endpoints, ",")})
+	f.StartHub(tb, "fanout", 0, childEnv(agentEnv+"=hub", endpointsEnv+"="+strings.Join(endpoints, ",")))
 	tb.Cleanup(f.stop)
-	if !f.wait(2*time.Minute, func() bool { return f.hubAddr != "" }) {
-		tb.Fatalf("fan-out not serving after 2 minutes%s", f.problems())
+	if !f.Wait(2*time.Minute, func() bool { return f.hubAddr != "" }) {
+		tb.Fatalf("fan-out not serving after 2 minutes%s", f.Problems())
 	}
-}
-
-func (f *fleet) read(idx int, rd *os.File) {
-	defer rd.Close()
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 4<<20) // the stats line carries histograms
-	for sc.Scan() {
-		f.report(idx, strings.Fields(sc.Text()))
-	}
-	f.mu.Lock()
-	f.exited++
-	f.notifyLocked()
-	f.mu.Unlock()
-}
-
-func (f *fleet) notifyLocked() {
-	close(f.changed)
-	f.changed = make(chan struct{})
-}
-
-func unixNano(s string) time.Time {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return time.Unix(0, n)
 }
 
 func atoi(s string) int {
@@ -202,13 +137,12 @@ func atoi64(s string) int64 {
 	return n
 }
 
-func (f *fleet) report(idx int, fs []string) {
+// report reads a line of process idx, under the Fleet's lock.
+func (f *fleet) report(idx int, fs []string) bool {
 	if len(fs) < 2 {
-		return
+		return true
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	defer f.notifyLocked()
+	unixNano := scaletest.UnixNano
 	switch {
 	case fs[0] == "hub" && len(fs) == 4:
 		f.hubAddr = fs[1]
@@ -235,8 +169,9 @@ func (f *fleet) report(idx int, fs []string) {
 		f.verify[fs[1]] = verifyLine{ok: fs[2] == "ok", sessions: atoi(fs[3]), rrClients: atoi(fs[4]),
 			mesh: atoi(fs[5]), rrPeers: atoi(fs[6]), problem: fs[7]}
 	default:
-		f.errs = append(f.errs, fmt.Sprintf("agents-%d: %s", idx, strings.Join(fs, " ")))
+		return false
 	}
+	return true
 }
 
 func (a *arrival) add(agents int, at time.Time) *arrival {
@@ -251,66 +186,18 @@ func (a *arrival) add(agents int, at time.Time) *arrival {
 	return a
 }
 
-// wait polls cond, under the fleet's lock, after every report until it
-// holds; false after timeout or once a process failed or exited.
-func (f *fleet) wait(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		f.mu.Lock()
-		ok, broken, ch := cond(), len(f.errs) > 0 || f.exited > 0, f.changed
-		f.mu.Unlock()
-		switch {
-		case ok:
-			return true
-		case broken:
-			return false
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
-}
-
-// problems describes failed processes for a failure message.
-func (f *fleet) problems() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var sb strings.Builder
-	for _, e := range f.errs {
-		sb.WriteString("\n" + e)
-	}
-	for _, fp := range append(slices.Clone(f.procs), f.hub) {
-		if fp != nil && !fp.proc.Running() {
-			fmt.Fprintf(&sb, "\n%s exited (%v):\n%s", fp.proc.Name, fp.proc.Err(), fp.stderr.Tail(20))
-		}
-	}
-	return sb.String()
-}
-
-func (f *fleet) command(tb testing.TB, line string) {
-	tb.Helper()
-	for _, fp := range f.procs {
-		if _, err := io.WriteString(fp.stdin, line+"\n"); err != nil {
-			tb.Fatalf("%s: %v", fp.proc.Name, err)
-		}
-	}
-}
-
 // collectStats asks every process for its counters and waits for them.
 func (f *fleet) collectStats(tb testing.TB) map[int]procStats {
 	tb.Helper()
-	f.mu.Lock()
+	f.Lock()
 	clear(f.stats)
-	f.mu.Unlock()
-	f.command(tb, "stats")
-	if !f.wait(2*time.Minute, func() bool { return len(f.stats) == len(f.procs) }) {
-		tb.Fatalf("stats from %d of %d agent processes%s", len(f.stats), len(f.procs), f.problems())
+	f.Unlock()
+	f.Command(tb, "stats")
+	if !f.Wait(2*time.Minute, func() bool { return len(f.stats) == len(f.Procs) }) {
+		tb.Fatalf("stats from %d of %d agent processes%s", len(f.stats), len(f.Procs), f.Problems())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	out := map[int]procStats{}
 	for k, v := range f.stats {
 		out[k] = v
@@ -322,74 +209,54 @@ func (f *fleet) collectStats(tb testing.TB) map[int]procStats {
 // calib (single-node) processes.
 func (f *fleet) pids() []int {
 	var out []int
-	for _, fp := range f.procs {
-		out = append(out, fp.proc.Cmd.Process.Pid)
+	for _, p := range f.Procs {
+		out = append(out, p.Proc.Cmd.Process.Pid)
 	}
 	return out
 }
 
-// cpu is the CPU time the agent processes have used.
+// cpu is the CPU time the agent processes have used, those that could
+// be read.
 func (f *fleet) cpu() time.Duration {
-	var sum time.Duration
-	for _, pid := range f.pids() {
-		d, _ := procCPU(pid)
-		sum += d
-	}
-	return sum
+	d, _ := f.CPU()
+	return d
 }
 
 // hubCPU and hubRSS (MB) are the fan-out's, 0 without one.
 func (f *fleet) hubCPU() time.Duration {
-	if f.hub == nil {
+	if f.Hub == nil {
 		return 0
 	}
-	d, _ := procCPU(f.hub.proc.Cmd.Process.Pid)
+	d, _ := scaletest.ProcCPU(f.Hub.Proc.Cmd.Process.Pid)
 	return d
 }
 
 func (f *fleet) hubRSS() float64 {
-	if f.hub == nil {
+	if f.Hub == nil {
 		return 0
 	}
-	kb, _ := procRSS(f.hub.proc.Cmd.Process.Pid)
+	kb, _ := scaletest.ProcRSS(f.Hub.Proc.Cmd.Process.Pid)
 	return float64(kb) / 1024
 }
 
 // rss is each process's resident memory (KiB) and its node count.
 func (f *fleet) rss() (perProc []int, nodes []int) {
-	for _, fp := range f.procs {
-		kb, _ := procRSS(fp.proc.Cmd.Process.Pid)
+	for i, p := range f.Procs {
+		kb, _ := scaletest.ProcRSS(p.Proc.Cmd.Process.Pid)
 		perProc = append(perProc, kb)
-		nodes = append(nodes, len(fp.nodes))
+		nodes = append(nodes, len(f.nodes[i]))
 	}
 	return perProc, nodes
 }
 
-// stop closes every process's stdin (they return) and waits for them.
-func (f *fleet) stop() {
-	f.stopOnce.Do(func() {
-		procs := slices.Clone(f.procs)
-		if f.hub != nil {
-			procs = append(procs, f.hub) // last: the agents read it
-		}
-		for _, fp := range procs {
-			fp.stdin.Close()
-		}
-		for _, fp := range procs {
-			select {
-			case <-fp.proc.Done():
-			case <-time.After(15 * time.Second):
-				fp.proc.Kill()
-			}
-		}
-	})
-}
+// stop stops the processes, the fan-out last.
+func (f *fleet) stop() { f.Stop(15 * time.Second) }
 
 // syncedTimes is every node's connect → in-sync time and the launch →
 // last in-sync time.
 func (f *fleet) syncedTimes() (each []time.Duration, all time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	for _, s := range f.synced {
 		each = append(each, s[1].Sub(s[0]))
 		all = max(all, s[1].Sub(f.launched))

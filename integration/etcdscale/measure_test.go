@@ -5,12 +5,12 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // histogram counts durations in logarithmic buckets (50 per decade, so a
@@ -93,118 +93,10 @@ func (h *histogram) quantile(q float64) time.Duration {
 	return 0
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// pct is the q-quantile of ds (nearest rank); 0 for none.
-func pct(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-// loadAverage is /proc/loadavg's first three fields.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if fs := strings.Fields(string(data)); err == nil && len(fs) >= 3 {
-		return strings.Join(fs[:3], " ")
-	}
-	return "?"
-}
-
-// procCPU is the user+system CPU time of process pid, from /proc (clock
-// ticks of 10 ms: USER_HZ is 100 on Linux).
-func procCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces; fields start after its ")".
-	s := string(data)
-	fs := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fs) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fs))
-	}
-	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, fs[11], fs[12])
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-// procRSS is the resident memory of process pid in KiB.
-func procRSS(pid int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.Fields(rest)[0])
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-}
-
-// promSamples is a scrape of a Prometheus text endpoint: name -> samples.
-type promSamples map[string][]promSample
-
-type promSample struct {
-	labels map[string]string
-	value  float64
-}
-
-var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
-
-func parseProm(text string) promSamples {
-	out := promSamples{}
-	for _, line := range strings.Split(text, "\n") {
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue
-		}
-		name, labels, _ := strings.Cut(line[:sp], "{")
-		s := promSample{labels: map[string]string{}, value: v}
-		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-			s.labels[m[1]] = m[2]
-		}
-		out[name] = append(out[name], s)
-	}
-	return out
-}
-
-// sum adds the samples of name whose labels match the pairs given.
-func (p promSamples) sum(name string, match ...string) float64 {
-	total := 0.0
-	for _, s := range p[name] {
-		ok := true
-		for i := 0; i+1 < len(match); i += 2 {
-			if s.labels[match[i]] != match[i+1] {
-				ok = false
-			}
-		}
-		if ok {
-			total += s.value
-		}
-	}
-	return total
-}
-
 var metricsClient = &http.Client{Timeout: 5 * time.Second}
 
 // scrape reads an etcd member's /metrics (served on its client URL).
-func scrape(clientURL string) (promSamples, error) {
+func scrape(clientURL string) (scaletest.Samples, error) {
 	resp, err := metricsClient.Get(clientURL + "/metrics")
 	if err != nil {
 		return nil, err
@@ -217,5 +109,5 @@ func scrape(clientURL string) (promSamples, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s/metrics: HTTP %d", clientURL, resp.StatusCode)
 	}
-	return parseProm(string(body)), nil
+	return scaletest.ParseProm(string(body)), nil
 }

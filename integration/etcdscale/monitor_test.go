@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // monitor samples the etcd members once a second: CPU and RSS from /proc
@@ -119,8 +120,8 @@ func (m *monitor) sample() {
 			m.mu.Unlock()
 			continue
 		}
-		cpu, err1 := procCPU(pid)
-		rss, err2 := procRSS(pid)
+		cpu, err1 := scaletest.ProcCPU(pid)
+		rss, err2 := scaletest.ProcRSS(pid)
 		samples, err3 := scrape(mem.ClientURL)
 		m.mu.Lock()
 		if err1 == nil {
@@ -131,10 +132,10 @@ func (m *monitor) sample() {
 		}
 		if err3 == nil {
 			for _, n := range counterNames {
-				m.counters[mem.Name][n].observe(samples.sum(n))
+				m.counters[mem.Name][n].observe(samples.Sum(n))
 			}
 			for _, n := range gaugeNames {
-				m.gauges[mem.Name][n] = samples.sum(n)
+				m.gauges[mem.Name][n] = samples.Sum(n)
 			}
 		}
 		if err1 != nil || err2 != nil || err3 != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/scaletest"
 )
 
 // The cluster the harness seeds: what a Calico etcd cluster of N nodes
@@ -132,7 +132,7 @@ func seedConfig(ctx context.Context, store datastore.Store, s shape) error {
 // ID), then its VXLAN tunnel address and MAC (overlay.EnsureTunnelAddrs,
 // the start-up's own code).
 func seedNodes(ctx context.Context, store datastore.Store, ipamc *ipam.Client, s shape) error {
-	return parallel(s.nodes, func(i int) error {
+	return scaletest.Parallel(seedWorkers, s.nodes, func(i int) error {
 		n := &api.Node{}
 		n.Kind, n.APIVersion, n.Name = "Node", api.GroupVersion, nodeName(i)
 		n.Labels = map[string]string{"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux"}
@@ -150,36 +150,6 @@ func seedNodes(ctx context.Context, store datastore.Store, ipamc *ipam.Client, s
 		}
 		return nil
 	})
-}
-
-// parallel runs fn(0..n-1) on seedWorkers goroutines and returns the first
-// error.
-func parallel(n int, fn func(i int) error) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		next  = make(chan int)
-	)
-	for range seedWorkers {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
 }
 
 // pod is one workload as the CNI plugin sets it up.
@@ -356,7 +326,7 @@ func parseInt(s string) int64 {
 // seedPods starts podsPerNode pods on every node.
 func seedPods(ctx context.Context, c cni, s shape) ([]pod, error) {
 	pods := make([]pod, s.nodes*s.podsPerNode)
-	err := parallel(len(pods), func(i int) error {
+	err := scaletest.Parallel(seedWorkers, len(pods), func(i int) error {
 		p := pod{namespace: namespace(i % s.namespaces), name: fmt.Sprintf("seed-%06d", i), node: nodeName(i % s.nodes), app: i}
 		if _, _, _, err := c.add(ctx, p); err != nil {
 			return err

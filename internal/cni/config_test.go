@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 func TestParseConfErrors(t *testing.T) {
@@ -355,14 +356,8 @@ func TestApplyAnnotations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := ipamRequest{num4: 1}
 			err := req.applyAnnotations(&tc.pod)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
-				}
+			if !errtest.Want(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !slices.Equal(req.v4Pools, tc.want.v4Pools) || !slices.Equal(req.v6Pools, tc.want.v6Pools) ||
 				req.num4 != tc.want.num4 || req.num6 != tc.want.num6 || !slices.Equal(req.ips, tc.want.ips) {

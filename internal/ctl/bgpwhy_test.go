@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // fakeAgent answers each connection on a unix socket with reply(the
@@ -23,20 +25,12 @@ func fakeAgent(t *testing.T, reply func(req map[string]string) any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			line, _ := bufio.NewReader(c).ReadBytes('\n')
-			var req map[string]string
-			json.Unmarshal(line, &req)
-			json.NewEncoder(c).Encode(reply(req))
-			c.Close()
-		}
-	}()
+	netnstest.Serve(t, l, func(c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadBytes('\n')
+		var req map[string]string
+		json.Unmarshal(line, &req)
+		json.NewEncoder(c).Encode(reply(req))
+	})
 	return sock
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 func TestParseConfigFile(t *testing.T) {
@@ -49,14 +50,8 @@ spec:
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseConfigFile("test.cfg", []byte(tt.file))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if got != tt.want {
 				t.Errorf("got %+v, want %+v", got, tt.want)

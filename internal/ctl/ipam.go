@@ -265,8 +265,8 @@ func cmdIPAMCheck(s *session) error {
 	fmt.Fprintf(out, "Found %d IPAM blocks.\n", st.Blocks)
 	for _, b := range st.BlockList {
 		aff := "<none>"
-		if b.Node != "" {
-			aff = "host:" + b.Node
+		if b.Affinity != "" {
+			aff = b.Affinity
 		}
 		fmt.Fprintf(out, " IPAM block %s affinity=%s:\n", b.CIDR, aff)
 	}
@@ -285,6 +285,8 @@ func cmdIPAMCheck(s *session) error {
 
 	fmt.Fprintln(out, "Loading all nodes.")
 	fmt.Fprintf(out, "Found %d node tunnel IPs.\n\n", st.NodeIPs)
+	fmt.Fprintln(out, "Loading all service load balancer IPs.")
+	fmt.Fprintf(out, "Found %d service load balancer(s).\n\n", st.LoadBalancerServices)
 	fmt.Fprintln(out, "Loading all workload endpoints.")
 	if showAll {
 		for _, a := range rep.SortedAllocations() {

@@ -12,6 +12,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/migrate/*.golden from the current output")
@@ -117,14 +118,8 @@ func TestExportLists(t *testing.T) {
 				lists = append(lists, kindList{kind: k, revision: 9, items: items})
 			}
 			out, renames, err := exportLists(tc.src, lists)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want %q", err, tc.wantErr)
-				}
+			if !errtest.Want(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if len(out) != len(kinds) {
 				t.Errorf("%d sections, want one per kind (%d)", len(out), len(kinds))

@@ -66,7 +66,7 @@ func (c *Client) releaseAffinity(ctx context.Context, node string, cidr netip.Pr
 		}
 		// The block first, then its affinity (see txn on the order).
 		t := &txn{}
-		if b := c.snapBlock(snap, bkey); b != nil && b.host() == node {
+		if b := c.snapBlock(snap, bkey); b != nil && b.owner() == node {
 			switch {
 			case b.empty():
 				t.del(bkey)

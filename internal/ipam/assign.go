@@ -19,14 +19,19 @@ type AutoAssignArgs struct {
 	Num4, Num6 int
 	// HandleID names the holder, e.g. "k8s-pod-network.<containerID>".
 	HandleID string
-	// Node is the hostname the blocks are affine to.
+	// Node is the hostname the blocks are affine to. With Use
+	// LoadBalancer it is "" or LoadBalancerHost: the blocks are then the
+	// virtual host's ("virtual:load-balancer"), as Calico's LoadBalancer
+	// controller allocates, and the pools' node selectors see a node
+	// without labels.
 	Node string
 	// IPv4Pools and IPv6Pools restrict the choice to these pools, by CIDR
 	// or name, in preference order; empty = every pool the node may use.
 	IPv4Pools, IPv6Pools []string
 	// Attrs are stored in the allocation's "secondary" attributes. "node"
-	// (= Node) and "timestamp" (now, Calico's format) are added when
-	// missing; Calico's CNI plugin also sets "namespace" and "pod".
+	// (= Node, not for a virtual host) and "timestamp" (now, Calico's
+	// format) are added when missing; Calico's CNI plugin also sets
+	// "namespace" and "pod".
 	Attrs map[string]string
 	// MaxBlocksPerHost caps the node's blocks; 0 = the IPAM config's
 	// maxBlocksPerHost, which 0 makes unlimited. The stricter of the two
@@ -48,8 +53,13 @@ type AutoAssignArgs struct {
 type AssignIPArgs struct {
 	IP       netip.Addr
 	HandleID string
-	Node     string
-	Attrs    map[string]string
+	// Node: as AutoAssignArgs.Node.
+	Node  string
+	Attrs map[string]string
+	// Use is the intended use ("" = Workload). LoadBalancer allocates to
+	// the virtual host LoadBalancerHost and requires a pool that allows
+	// the use (see AssignIP).
+	Use api.IPPoolAllowedUse
 	// Replace is AutoAssignArgs.Replace: the handle's earlier addresses are
 	// released first.
 	Replace bool
@@ -69,6 +79,11 @@ type AssignIPArgs struct {
 // written in one etcd transaction conditional on the revisions read; a
 // lost race is retried with the winners' values.
 func (c *Client) AutoAssign(ctx context.Context, args AutoAssignArgs) (v4, v6 []netip.Prefix, err error) {
+	node, err := ownerFor(args.Use, args.Node)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auto-assign: %w", err)
+	}
+	args.Node = node
 	if err := checkHolder(args.HandleID, args.Node); err != nil {
 		return nil, nil, fmt.Errorf("auto-assign: %w", err)
 	}
@@ -178,6 +193,19 @@ func (c *Client) replaceHandle(ctx context.Context, e *env, node, handle string)
 	return c.loadEnv(ctx, node, handle)
 }
 
+// ownerFor is the owner an allocation of use for node goes to: the node,
+// or for LoadBalancer addresses the virtual host (Calico switches the
+// affinity type on the use the same way).
+func ownerFor(use api.IPPoolAllowedUse, node string) (string, error) {
+	if use != api.IPPoolAllowedUseLoadBalancer {
+		return node, nil
+	}
+	if node != "" && node != LoadBalancerHost {
+		return "", fmt.Errorf("LoadBalancer addresses belong to the virtual host %q, not node %q", LoadBalancerHost, node)
+	}
+	return lbOwner, nil
+}
+
 // checkHolder validates a handle and node name for use in keys.
 func checkHolder(handle, node string) error {
 	switch {
@@ -200,7 +228,7 @@ func (c *Client) attrs(in map[string]string, node string) map[string]string {
 	if out == nil {
 		out = map[string]string{}
 	}
-	if out[AttrNode] == "" {
+	if _, virtual := virtualHost(node); out[AttrNode] == "" && !virtual {
 		out[AttrNode] = node
 	}
 	if out[AttrTimestamp] == "" {
@@ -304,7 +332,7 @@ func (c *Client) planFamily(ctx context.Context, p *plan, f family) error {
 			// An affinity without its block: a claim that stopped half-way
 			// (Calico writes the affinity first). Finish it.
 			b = newBlock(cidr, e.node, p.seq)
-		case b.host() != e.node:
+		case b.owner() != e.node:
 			// The block went to someone else: the affinity is stale.
 			p.affDel = append(p.affDel, akey)
 			continue
@@ -458,7 +486,7 @@ func (c *Client) borrow(ctx context.Context, p *plan, f family, need int) (int, 
 			}
 			for _, key := range chunk {
 				b := p.block(c, key)
-				if b == nil || b.host() == e.node {
+				if b == nil || b.owner() == e.node {
 					continue // gone, unreadable, or ours (used already)
 				}
 				got += p.take(b, need-got)
@@ -537,7 +565,12 @@ func (p *plan) txn() (*txn, error) {
 // assignment, as in Calico. With strict affinity the block must be affine
 // to the node. An address someone holds fails with ErrAddressInUse.
 func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
-	if err := checkHolder(args.HandleID, args.Node); err != nil {
+	node, err := ownerFor(args.Use, args.Node)
+	if err != nil {
+		return fmt.Errorf("assign %s: %w", args.IP, err)
+	}
+	args.Node = node
+	if err := checkHolder(args.HandleID, node); err != nil {
 		return fmt.Errorf("assign %s: %w", args.IP, err)
 	}
 	ip := args.IP.Unmap()
@@ -560,6 +593,12 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 	if q.Disabled {
 		return fmt.Errorf("assign %s: pool %s (%s): %w", ip, q.Name, q.CIDR, ErrPoolDisabled)
 	}
+	// Calico's AssignIP does not look at the use; a LoadBalancer address
+	// in a workload pool would then sit in a virtual block inside the
+	// pool the nodes' pods use. Refused here (docs/decisions.md).
+	if args.Use == api.IPPoolAllowedUseLoadBalancer && !q.Allows(args.Use) {
+		return fmt.Errorf("assign %s: pool %s (%s) does not allow use %s: %w", ip, q.Name, q.CIDR, args.Use, ErrNotInPool)
+	}
 	cidr := blockFor(ip, q.BlockSize)
 	key, akey := BlockKey(cidr), AffinityKey(args.Node, cidr)
 	if err := c.read(ctx, e.snap, e.snap.missing([]string{key, akey})); err != nil {
@@ -575,7 +614,7 @@ func (c *Client) AssignIP(ctx context.Context, args AssignIPArgs) error {
 		case b == nil:
 			b = newBlock(cidr, args.Node, p.seq)
 			p.affPut = append(p.affPut, akey)
-		case e.cfg.StrictAffinity && b.host() != args.Node:
+		case e.cfg.StrictAffinity && b.owner() != node:
 			return fmt.Errorf("assign %s: block %s is affine to %q and strict affinity is on", ip, cidr, b.affinity())
 		}
 		ord, _ := b.ordinal(ip)

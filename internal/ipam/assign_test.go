@@ -34,6 +34,7 @@ func TestAllocation(t *testing.T) {
 		{"block limit", testBlockLimit},
 		{"namespace selector", testNamespaceSelector},
 		{"pools written behind validation are skipped", testUnusablePools},
+		{"LoadBalancer addresses belong to the virtual host", testLoadBalancer},
 	}
 	forEachBackend(t, allBackends, func(t *testing.T, f *fixture) {
 		for _, s := range scenarios {

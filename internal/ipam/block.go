@@ -26,10 +26,10 @@ type block struct {
 	v    blockValue
 }
 
-// newBlock is an empty block affine to node ("" = no affinity) whose
+// newBlock is an empty block affine to owner ("" = no affinity) whose
 // sequence number starts at seq. Calico seeds it with the current time in
 // nanoseconds so that a deleted and recreated block never repeats numbers.
-func newBlock(cidr netip.Prefix, node string, seq uint64) *block {
+func newBlock(cidr netip.Prefix, owner string, seq uint64) *block {
 	n := blockSize(cidr)
 	b := &block{cidr: cidr, v: blockValue{
 		CIDR:                        cidr.String(),
@@ -41,8 +41,8 @@ func newBlock(cidr netip.Prefix, node string, seq uint64) *block {
 	for i := range b.v.Unallocated {
 		b.v.Unallocated[i] = i
 	}
-	if node != "" {
-		aff := hostAffinityPrefix + node
+	if owner != "" {
+		aff := ownerAffinity(owner)
 		b.v.Affinity = &aff
 	}
 	return b
@@ -121,6 +121,18 @@ func (b *block) host() string {
 		return ""
 	}
 	return h
+}
+
+// owner is the node the block is affine to or, for a block of a virtual
+// host, its affinity ("virtual:load-balancer"); "" if none.
+func (b *block) owner() string {
+	if h := b.host(); h != "" {
+		return h
+	}
+	if _, ok := virtualHost(b.affinity()); ok {
+		return b.affinity()
+	}
+	return ""
 }
 
 // affinity is the raw affinity ("host:node1"), "" if none.

@@ -81,6 +81,9 @@ type HandleInfo struct {
 type BlockRef struct {
 	CIDR string `json:"cidr"`
 	Node string `json:"node"`
+	// Affinity is the block's raw affinity (for display: a virtual
+	// host's block names no node).
+	Affinity string `json:"-"`
 }
 
 // InUseIP is an address and what uses it.
@@ -96,6 +99,9 @@ type CheckStats struct {
 	BlockList            []BlockRef
 	ActivePools          []string
 	NodeIPs, WorkloadIPs int
+	// LoadBalancerServices counts the Services holding LoadBalancer
+	// addresses (see Check).
+	LoadBalancerServices int
 	InUseIPs             int
 	// AllocationsByNode counts allocations per node.
 	AllocationsByNode map[string]int
@@ -183,7 +189,7 @@ func (c *Client) Check(ctx context.Context, liveNodes ...string) (*CheckReport, 
 	r.Stats.Blocks = len(blocks)
 	for _, b := range blocks {
 		owner := b.host()
-		r.Stats.BlockList = append(r.Stats.BlockList, BlockRef{CIDR: b.cidr.String(), Node: owner})
+		r.Stats.BlockList = append(r.Stats.BlockList, BlockRef{CIDR: b.cidr.String(), Node: owner, Affinity: b.affinity()})
 		for ord := range b.v.Allocations {
 			at, ok := b.attrsOf(ord)
 			if !ok {
@@ -248,6 +254,29 @@ func (c *Client) Check(ctx context.Context, liveNodes ...string) (*CheckReport, 
 			}
 		}
 	}
+	// LoadBalancer addresses: Calico's calicoctl counts a Service's
+	// status addresses as in use; without the Kubernetes API here, an
+	// allocation of the LoadBalancer controller (a block of the virtual
+	// host, the service and namespace attributes) counts as used by its
+	// Service. The controller's full pass releases those of Services that
+	// are gone.
+	lbServices := map[string]bool{}
+	for _, b := range blocks {
+		if b.owner() != lbOwner {
+			continue
+		}
+		for ord := range b.v.Allocations {
+			at, ok := b.attrsOf(ord)
+			ns, svc := at.Secondary[AttrNamespace], at.Secondary[AttrService]
+			if !ok || ns == "" || svc == "" {
+				continue
+			}
+			if use(b.addr(ord).String(), fmt.Sprintf("Service(%s/%s)", ns, svc)) {
+				lbServices[ns+"/"+svc] = true
+			}
+		}
+	}
+	r.Stats.LoadBalancerServices = len(lbServices)
 	r.Stats.InUseIPs = len(inUse)
 
 	// Addresses in use but not allocated.

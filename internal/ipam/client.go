@@ -220,9 +220,12 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 		defer wg.Done()
 		resObjs, _, resErr = c.store.List(ctx, "IPReservation", "")
 	}()
+	_, virtual := virtualHost(node)
 	go func() {
 		defer wg.Done()
-		if node != "" {
+		// A virtual host has no Node: Calico matches pools' node
+		// selectors against an unlabelled one.
+		if node != "" && !virtual {
 			nodeObj, nodeErr = c.store.Get(ctx, "Node", "", node)
 		}
 	}()
@@ -257,7 +260,7 @@ func (c *Client) loadEnv(ctx context.Context, node string, handles ...string) (*
 	e.res = parseReservations(resObjs, c.logger)
 	if n, ok := nodeObj.(*api.Node); ok && nodeErr == nil {
 		e.nodeLabels = n.Labels
-	} else if node != "" {
+	} else if node != "" && !virtual {
 		// Calico refuses to allocate for a node it has no resource for; a
 		// CNI ADD that races calico-node's registration is better served
 		// by treating the node as unlabelled.

@@ -25,6 +25,14 @@
 // IPv6 blocks live under .../ipv6/block/ with the CIDR spelt as Go (and
 // Calico) prints it, "/" replaced by "-": "fd00:10::-122".
 //
+// LoadBalancer addresses (Use LoadBalancer) belong to Calico's virtual
+// host "load-balancer" instead of a node: their blocks have the affinity
+// "virtual:load-balancer" and the affinity key
+// /calico/ipam/v2/virtual/load-balancer/ipv4/block/<cidr>, their
+// allocations no "node" attribute. Inside the package such an owner is
+// spelt "virtual:load-balancer" where a node's name would be (no node name
+// has a colon).
+//
 // # API
 //
 //	func New(kv datastore.KV, store PoolSource, logger *slog.Logger) *Client
@@ -39,6 +47,7 @@
 //	func (c *Client) Check(ctx, liveNodes ...string) (*CheckReport, error)
 //	func (c *Client) ReleaseLeaked(ctx, reports ...*CheckReport) (LeakRelease, error)
 //	func (c *Client) AffineBlocks(ctx, node string) ([]netip.Prefix, error)
+//	func (c *Client) LoadBalancerAllocations(ctx) ([]VirtualAllocation, error)
 //	func (c *Client) Config(ctx) (Config, error)
 //	func (c *Client) SetConfig(ctx, Config) error
 //

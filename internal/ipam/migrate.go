@@ -53,7 +53,7 @@ func ReadExport(ctx context.Context, kv datastore.KV) (*Export, error) {
 			e.Config = &item
 		case strings.HasPrefix(k.Key, blockPrefix):
 			e.Blocks = append(e.Blocks, item)
-		case strings.HasPrefix(k.Key, hostPrefix):
+		case strings.HasPrefix(k.Key, hostPrefix), strings.HasPrefix(k.Key, virtualPrefix):
 			e.BlockAffinities = append(e.BlockAffinities, item)
 		case strings.HasPrefix(k.Key, handlePrefix):
 			e.Handles = append(e.Handles, item)

@@ -14,7 +14,10 @@ const (
 	configKey    = Prefix + "config"
 	handlePrefix = Prefix + "handle/"
 	hostPrefix   = Prefix + "host/"
-	blockPrefix  = Prefix + "assignment/"
+	// virtualPrefix holds the affinities of virtual hosts (Calico's
+	// AffinityTypeVirtual): /calico/ipam/v2/virtual/load-balancer/ipv4/block/...
+	virtualPrefix = Prefix + "virtual/"
+	blockPrefix   = Prefix + "assignment/"
 )
 
 // Affinity states a BlockAffinity goes through in Calico's claim protocol.
@@ -32,10 +35,41 @@ const (
 	AttrPod       = "pod"
 	AttrTimestamp = "timestamp"
 	AttrType      = "type"
+	// AttrService is the Service of a LoadBalancer address (Calico's
+	// LoadBalancer controller also sets namespace and type).
+	AttrService = "service"
 )
 
 // hostAffinityPrefix is the "host:" of a block's "affinity" field.
 const hostAffinityPrefix = "host:"
+
+// virtualAffinityPrefix is the "virtual:" of a block affine to a virtual
+// host rather than a node.
+const virtualAffinityPrefix = "virtual:"
+
+// LoadBalancerHost is the virtual host Calico's LoadBalancer addresses are
+// allocated to (api's VirtualLoadBalancer): their blocks have the
+// affinity "virtual:load-balancer" and the affinity key
+// /calico/ipam/v2/virtual/load-balancer/ipv4/block/<cidr>.
+const LoadBalancerHost = "load-balancer"
+
+// Owners. Inside this package the holder of a block affinity is its
+// owner: a node name, or "virtual:<host>" for a virtual host (a block's
+// affinity field spells it so). No node name contains a colon, so the two
+// never meet, and a node really named "load-balancer" keeps its own
+// blocks.
+const lbOwner = virtualAffinityPrefix + LoadBalancerHost
+
+// virtualHost is the virtual host an owner names, if it names one.
+func virtualHost(owner string) (string, bool) { return strings.CutPrefix(owner, virtualAffinityPrefix) }
+
+// ownerAffinity is a block's "affinity" value for owner.
+func ownerAffinity(owner string) string {
+	if _, ok := virtualHost(owner); ok {
+		return owner
+	}
+	return hostAffinityPrefix + owner
+}
 
 // blockValue is an allocation block exactly as Calico stores it
 // (model.AllocationBlock). Field order and omitempty match Calico's struct so
@@ -138,13 +172,20 @@ func blockPrefixFor(version int) string {
 }
 
 // AffinityKey is the etcd key recording that node claimed the block:
-// /calico/ipam/v2/host/node1/ipv4/block/10.244.166.128-26.
+// /calico/ipam/v2/host/node1/ipv4/block/10.244.166.128-26 (for the
+// virtual owner "virtual:load-balancer",
+// /calico/ipam/v2/virtual/load-balancer/ipv4/block/...).
 func AffinityKey(node string, cidr netip.Prefix) string {
-	return fmt.Sprintf("%s%s/ipv%d/block/%s", hostPrefix, node, ipVersion(cidr.Addr()), cidrSegment(cidr))
+	return fmt.Sprintf("%sipv%d/block/%s", nodeAffinityPrefix(node), ipVersion(cidr.Addr()), cidrSegment(cidr))
 }
 
-// nodeAffinityPrefix covers every affinity of one node, both IP versions.
-func nodeAffinityPrefix(node string) string { return hostPrefix + node + "/" }
+// nodeAffinityPrefix covers every affinity of one owner, both IP versions.
+func nodeAffinityPrefix(owner string) string {
+	if h, ok := virtualHost(owner); ok {
+		return virtualPrefix + h + "/"
+	}
+	return hostPrefix + owner + "/"
+}
 
 // HandleKey is the etcd key of a handle.
 func HandleKey(id string) string { return handlePrefix + id }
@@ -175,11 +216,16 @@ func parseBlockKey(key string) (netip.Prefix, bool) {
 	return p, true
 }
 
-// parseAffinityKey returns the node and block CIDR of an affinity key.
-func parseAffinityKey(key string) (node string, cidr netip.Prefix, ok bool) {
+// parseAffinityKey returns the owner (a node, or "virtual:<host>") and
+// block CIDR of an affinity key.
+func parseAffinityKey(key string) (owner string, cidr netip.Prefix, ok bool) {
+	virtual := ""
 	rest, ok := strings.CutPrefix(key, hostPrefix)
 	if !ok {
-		return "", netip.Prefix{}, false
+		if rest, ok = strings.CutPrefix(key, virtualPrefix); !ok {
+			return "", netip.Prefix{}, false
+		}
+		virtual = virtualAffinityPrefix
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 4 || parts[0] == "" || parts[2] != "block" {
@@ -189,7 +235,7 @@ func parseAffinityKey(key string) (node string, cidr netip.Prefix, ok bool) {
 	if !ok || parts[1] != fmt.Sprintf("ipv%d", ipVersion(p.Addr())) {
 		return "", netip.Prefix{}, false
 	}
-	return parts[0], p, true
+	return virtual + parts[0], p, true
 }
 
 // parseHandleKey returns the handle ID of a handle key.

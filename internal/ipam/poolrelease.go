@@ -45,6 +45,12 @@ func (c *Client) ReleasePoolAffinities(ctx context.Context, pool netip.Prefix) (
 	if err != nil {
 		return nil, fmt.Errorf("release affinities in pool %s: %w", pool, err)
 	}
+	// The virtual hosts' (LoadBalancer) too.
+	vkvs, _, err := c.kv.List(ctx, virtualPrefix, true)
+	if err != nil {
+		return nil, fmt.Errorf("release affinities in pool %s: %w", pool, err)
+	}
+	kvs = append(kvs, vkvs...)
 	var released []netip.Prefix
 	var errs []error
 	for _, kv := range kvs {

@@ -105,19 +105,7 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 	if err != nil {
 		return nil, nil, fmt.Errorf("read IPAM data: %w", err)
 	}
-	var blocks []*block
-	for _, kv := range lists[0] {
-		if _, ok := parseBlockKey(kv.Key); !ok {
-			continue
-		}
-		b, err := decodeBlock(kv.Value)
-		if err != nil {
-			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
-			continue
-		}
-		blocks = append(blocks, b)
-	}
-	slices.SortFunc(blocks, func(a, b *block) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
+	blocks := c.decodeBlocks(lists[0])
 	handles := map[string]storedHandle{}
 	for _, kv := range lists[1] {
 		id, ok := parseHandleKey(kv.Key)
@@ -132,6 +120,25 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 		handles[id] = storedHandle{value: h, rev: kv.Rev}
 	}
 	return blocks, handles, nil
+}
+
+// decodeBlocks decodes the blocks among kvs, sorted by address (IPv4
+// first); other keys are skipped and unreadable blocks logged and skipped.
+func (c *Client) decodeBlocks(kvs []datastore.KeyValue) []*block {
+	var blocks []*block
+	for _, kv := range kvs {
+		if _, ok := parseBlockKey(kv.Key); !ok {
+			continue
+		}
+		b, err := decodeBlock(kv.Value)
+		if err != nil {
+			c.logger.Warn("skipping unreadable IPAM block", "key", kv.Key, "err", err)
+			continue
+		}
+		blocks = append(blocks, b)
+	}
+	slices.SortFunc(blocks, func(a, b *block) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
+	return blocks
 }
 
 // AffineBlocks lists the blocks node has claimed (its affinity keys, in any
@@ -242,3 +249,40 @@ func sortAddrs(ips []string) {
 }
 
 func revString(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// VirtualAllocation is an address allocated in a block of a virtual host.
+type VirtualAllocation struct {
+	Addr   netip.Addr
+	Block  netip.Prefix
+	Handle string
+	// Attrs are the allocation's "secondary" attributes (Calico's
+	// LoadBalancer controller writes service, namespace, type and
+	// timestamp).
+	Attrs map[string]string
+}
+
+// LoadBalancerAllocations lists every address allocated in the blocks of
+// the virtual host LoadBalancerHost (affinity "virtual:load-balancer"),
+// sorted by address, IPv4 first: what Calico's LoadBalancer controller
+// tracks from its block syncer, read here in one listing of the blocks.
+func (c *Client) LoadBalancerAllocations(ctx context.Context) ([]VirtualAllocation, error) {
+	kvs, _, err := c.kv.List(ctx, blockPrefix, false)
+	if err != nil {
+		return nil, fmt.Errorf("list LoadBalancer allocations: %w", err)
+	}
+	var out []VirtualAllocation
+	for _, b := range c.decodeBlocks(kvs) {
+		if b.owner() != lbOwner {
+			continue
+		}
+		for ord := range b.v.Allocations {
+			at, ok := b.attrsOf(ord)
+			if !ok {
+				continue
+			}
+			out = append(out, VirtualAllocation{Addr: b.addr(ord), Block: b.cidr, Handle: b.handleOf(ord), Attrs: maps.Clone(at.Secondary)})
+		}
+	}
+	slices.SortFunc(out, func(a, b VirtualAllocation) int { return a.Addr.Compare(b.Addr) })
+	return out, nil
+}

@@ -221,6 +221,18 @@ func (r Resource[T, L]) Update(ctx context.Context, obj T) (T, error) {
 	return out, nil
 }
 
+// UpdateStatus replaces obj's status subresource (the rest of obj is
+// ignored by the API server), conditional on its resourceVersion like
+// Update.
+func (r Resource[T, L]) UpdateStatus(ctx context.Context, obj T) (T, error) {
+	out := r.newObject()
+	if err := r.request("PUT").Name(obj.GetName()).SubResource("status").Body(obj).Do(ctx).Into(out); err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
 // ListWatch is the resource as an informer's source
 // (cache.NewSharedIndexInformer).
 func (r Resource[T, L]) ListWatch() *cache.ListWatch {

@@ -18,6 +18,8 @@
 // each programmer what it would write, without writing.
 //
 // Beside it: startup (node registration, default pools), autodetect (the
-// node's IP), health (/liveness, /readiness, /metrics) and embedetcd (the
-// single-node default datastore).
+// node's IP), health (/liveness, /readiness, /metrics), embedetcd (the
+// single-node default datastore), cleanup (`calico-node cleanup`) and
+// agentlock (the lock run holds for its life, so that cleanup refuses
+// while an agent runs).
 package node

@@ -103,7 +103,7 @@ func runPlan(ctx context.Context, cfg runConfig, w io.Writer, logger *slog.Logge
 		}
 	}
 	if cfg.bgp.enabled {
-		p.adverts(planned)
+		p.adverts(ctx, planned, cfg.bgp.statusSocket)
 	}
 	for _, n := range p.notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -249,8 +249,11 @@ func (p *planner) routes(cfg runConfig, objs map[confwatch.Key]api.Object, block
 	return nil
 }
 
-// adverts prints what the BGP speaker originates.
-func (p *planner) adverts(d bgp.Planned) {
+// adverts prints what the BGP speaker would originate as a diff against
+// what the running speaker originates now, asked over the agent's BGP
+// status socket (the `calicoctl node routes` query). With no speaker to
+// ask it says so and lists the planned routes.
+func (p *planner) adverts(ctx context.Context, d bgp.Planned, sock string) {
 	for _, pr := range d.Problems {
 		p.note("bgp: %s", pr)
 	}
@@ -258,17 +261,106 @@ func (p *planner) adverts(d bgp.Planned) {
 		fmt.Fprintf(p.w, "\n== BGP advertisements: none (node %s has no BGP address: no speaker runs)\n", p.node)
 		return
 	}
-	fmt.Fprintf(p.w, "\n== BGP advertisements (AS %d, router ID %s): %d\n", d.Identity.AS, d.Identity.RouterID, len(d.Adverts))
-	for _, a := range d.Adverts {
-		fmt.Fprintf(p.w, "%s next hop %s", a.Prefix, a.NextHop)
-		for _, c := range a.Communities {
-			fmt.Fprintf(p.w, " community %d:%d", c>>16, c&0xffff)
+	fmt.Fprintf(p.w, "\n== BGP advertisements (AS %d, router ID %s)", d.Identity.AS, d.Identity.RouterID)
+	live, err := liveAdverts(ctx, sock, p.node)
+	if err != nil {
+		why := err.Error()
+		if errors.Is(err, bgp.ErrNotRunning) {
+			why = "no agent answers at " + sock
 		}
-		for _, c := range a.Large {
-			fmt.Fprintf(p.w, " large-community %d:%d:%d", c[0], c[1], c[2])
+		fmt.Fprintf(p.w, ": %d; no BGP speaker is reachable (%s): the list is what a speaker would advertise, not a diff\n", len(d.Adverts), why)
+		for _, a := range d.Adverts {
+			fmt.Fprintf(p.w, "  %s\n", advertText(a))
 		}
-		fmt.Fprintln(p.w)
+		return
 	}
+	diff := diffAdverts(d.Adverts, live)
+	if len(diff.add)+len(diff.del) == 0 {
+		fmt.Fprintf(p.w, ": in sync with the running speaker (%d)\n", len(diff.same))
+	} else {
+		fmt.Fprintf(p.w, ": against the running speaker, %d to advertise, %d to withdraw, %d unchanged\n", len(diff.add), len(diff.del), len(diff.same))
+	}
+	for _, a := range diff.add {
+		fmt.Fprintf(p.w, "+ %s\n", advertText(a))
+	}
+	for _, r := range diff.del {
+		fmt.Fprintf(p.w, "- %s next hop %s\n", r.Prefix, r.NextHop)
+	}
+	for _, a := range diff.same {
+		fmt.Fprintf(p.w, "  %s\n", advertText(a))
+	}
+}
+
+// advertText is one advertisement as plan prints it.
+func advertText(a bgp.Advert) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s next hop %s", a.Prefix, a.NextHop)
+	for _, c := range a.Communities {
+		fmt.Fprintf(&b, " community %d:%d", c>>16, c&0xffff)
+	}
+	for _, c := range a.Large {
+		fmt.Fprintf(&b, " large-community %d:%d:%d", c[0], c[1], c[2])
+	}
+	return b.String()
+}
+
+// liveAdverts are the routes the speaker behind sock originates now:
+// the paths of its global RIB that no peer sent.
+func liveAdverts(ctx context.Context, sock, node string) ([]bgp.RouteEntry, error) {
+	if sock == "" || sock == "none" {
+		return nil, errors.New("the BGP status socket is off")
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rep, err := bgp.QueryRoutes(qctx, sock)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Node != node {
+		return nil, fmt.Errorf("the speaker at %s is node %s's", sock, rep.Node)
+	}
+	var out []bgp.RouteEntry
+	for _, r := range rep.Routes {
+		if r.From == "" && !r.Filtered {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// advertDiff is the planned advertisements against the live ones.
+type advertDiff struct {
+	add, same []bgp.Advert
+	del       []bgp.RouteEntry
+}
+
+// diffAdverts compares by prefix and next hop: the routes report the
+// speaker answers does not carry communities, so a change of communities
+// alone is not shown (docs/decisions.md).
+func diffAdverts(planned []bgp.Advert, live []bgp.RouteEntry) advertDiff {
+	key := func(prefix, nextHop string) string { return prefix + " " + nextHop }
+	have := map[string]bool{}
+	for _, r := range live {
+		have[key(r.Prefix, r.NextHop)] = true
+	}
+	var d advertDiff
+	want := map[string]bool{}
+	for _, a := range planned {
+		k := key(a.Prefix.String(), a.NextHop.String())
+		want[k] = true
+		if have[k] {
+			d.same = append(d.same, a)
+		} else {
+			d.add = append(d.add, a)
+		}
+	}
+	for _, r := range live {
+		if k := key(r.Prefix, r.NextHop); !want[k] {
+			want[k] = true // listed once, however many local paths
+			d.del = append(d.del, r)
+		}
+	}
+	return d
 }
 
 // kindObjs are the objects of kinds.

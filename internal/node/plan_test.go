@@ -5,13 +5,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/bgp"
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
@@ -119,12 +122,6 @@ func TestPlan(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// Programmed: stop it, so that the datastore changes below stay
-	// unapplied (the kernel keeps what it wrote).
-	if err := agent.Stop(15 * time.Second); err != nil {
-		t.Fatalf("agent: %v", err)
-	}
-
 	plan := func() string {
 		t.Helper()
 		before := kernel()
@@ -137,12 +134,24 @@ func TestPlan(t *testing.T) {
 		}
 		return string(out)
 	}
+	// With the agent running, the BGP part is a diff against what its
+	// speaker advertises.
 	out := plan()
+	if want := "== BGP advertisements (AS 64512, router ID 192.0.2.1): in sync with the running speaker (1)\n  10.66.0.0/26 next hop 192.0.2.1\n"; !strings.Contains(out, want) {
+		t.Errorf("plan beside the running agent lacks %q:\n%s", want, out)
+	}
+	// Programmed: stop it, so that the datastore changes below stay
+	// unapplied (the kernel keeps what it wrote).
+	if err := agent.Stop(15 * time.Second); err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	out = plan()
 	for _, want := range []string{
 		"calico-node plan for node n1",
 		"== iptables and ipsets, IPv4",
 		"== routes (protocol 80): in sync (2)",
-		"== BGP advertisements (AS 64512, router ID 192.0.2.1): 1\n10.66.0.0/26 next hop 192.0.2.1\n",
+		"== BGP advertisements (AS 64512, router ID 192.0.2.1): 1; no BGP speaker is reachable (no agent answers at " + filepath.Join(dir, "bgp.sock") +
+			"): the list is what a speaker would advertise, not a diff\n  10.66.0.0/26 next hop 192.0.2.1\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan of the programmed node lacks %q:\n%s", want, out)
@@ -152,8 +161,14 @@ func TestPlan(t *testing.T) {
 		t.Errorf("iptables not in sync after the agent programmed it:\n%s", out)
 	}
 
-	// The datastore changes; the agent is not there to apply it.
+	// The datastore changes; the agent is not there to apply it. The new
+	// pool changes the members of the pool IP sets.
 	apply(t, store, `
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool2}
+spec: {cidr: 10.67.0.0/16, blockSize: 26}
+---
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {name: web-http}
@@ -176,6 +191,17 @@ spec: {orchestrator: k8s, node: n1, pod: db, endpoint: eth0, interfaceName: cali
 	} {
 		if !strings.Contains(v4, want) {
 			t.Errorf("IPv4 plan lacks %q:\n%s", want, v4)
+		}
+	}
+	// The pools' IP set is refilled (the new pool added) and swapped in,
+	// through ipset restore before the rules that use it.
+	sets, _, _ := strings.Cut(v4, "-- iptables")
+	for _, want := range []string{
+		"; 1 IP sets to write, 0 to destroy\n-- ipset restore (first)\n",
+		"add cali4t0 10.66.0.0/16\nadd cali4t0 10.67.0.0/16\nswap cali4t0 cali40network-ip-pools\n",
+	} {
+		if !strings.Contains(sets, want) {
+			t.Errorf("IPv4 plan's IP sets lack %q:\n%s", want, v4)
 		}
 	}
 	if strings.Contains(v4, ":cali-INPUT ") {
@@ -203,5 +229,40 @@ func apply(t *testing.T, store interface {
 		if _, err := store.Apply(context.Background(), d.Object); err != nil {
 			t.Fatalf("apply %s %s: %v", d.Kind, d.Name, err)
 		}
+	}
+}
+
+// TestDiffAdverts: plan's BGP part against a live speaker lists what it
+// would advertise, what it would withdraw, and what stays.
+func TestDiffAdverts(t *testing.T) {
+	a := func(p, nh string) bgp.Advert {
+		return bgp.Advert{Prefix: netip.MustParsePrefix(p), NextHop: netip.MustParseAddr(nh)}
+	}
+	planned := []bgp.Advert{a("10.66.0.0/26", "192.0.2.1"), a("10.66.0.64/26", "192.0.2.1"), a("10.67.0.0/26", "192.0.2.9")}
+	live := []bgp.RouteEntry{
+		{Prefix: "10.66.0.0/26", NextHop: "192.0.2.1", Best: true},
+		{Prefix: "10.67.0.0/26", NextHop: "192.0.2.1", Best: true}, // next hop changes
+		{Prefix: "10.68.0.0/26", NextHop: "192.0.2.1", Best: true},
+		{Prefix: "10.68.0.0/26", NextHop: "192.0.2.1"},
+	}
+	d := diffAdverts(planned, live)
+	str := func(as []bgp.Advert) (out []string) {
+		for _, x := range as {
+			out = append(out, advertText(x))
+		}
+		return out
+	}
+	var del []string
+	for _, r := range d.del {
+		del = append(del, r.Prefix+" next hop "+r.NextHop)
+	}
+	if got, want := str(d.add), []string{"10.66.0.64/26 next hop 192.0.2.1", "10.67.0.0/26 next hop 192.0.2.9"}; !slices.Equal(got, want) {
+		t.Errorf("to advertise %q, want %q", got, want)
+	}
+	if want := []string{"10.67.0.0/26 next hop 192.0.2.1", "10.68.0.0/26 next hop 192.0.2.1"}; !slices.Equal(del, want) {
+		t.Errorf("to withdraw %q, want %q", del, want)
+	}
+	if got, want := str(d.same), []string{"10.66.0.0/26 next hop 192.0.2.1"}; !slices.Equal(got, want) {
+		t.Errorf("unchanged %q, want %q", got, want)
 	}
 }

@@ -483,21 +483,7 @@ func goldenEdit(name string) func(*policy.Snapshot) {
 
 // tiersPassAndLog is TestTiersPassAndLog's cluster, with a remote pod
 // that the security tier selects too.
-func tiersPassAndLog(s *policy.Snapshot) {
-	s.Tiers = append(s.Tiers, tier("security", 100, api.Deny))
-	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("security.gate", api.GlobalNetworkPolicySpec{
-		Tier: "security", Selector: "app == 'web'",
-		Ingress: []api.Rule{
-			{Action: api.Log, Protocol: proto("TCP")},
-			{Action: api.Deny, Source: api.EntityRule{Nets: []string{"192.0.2.0/24", "198.51.100.0/24"}}},
-			{Action: api.Pass, Source: api.EntityRule{NamespaceSelector: "team == 'red'"}},
-		},
-	}))
-	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "web", api.NetworkPolicySpec{
-		Selector: "app == 'web'",
-		Ingress:  []api.Rule{{Action: api.Allow, Protocol: proto("TCP"), Destination: api.EntityRule{Ports: ports("80")}}},
-	}))
-}
+var tiersPassAndLog = tiersPassAndLogOf("192.0.2.0/24", "198.51.100.0/24")
 
 // hostDenied is denyAllHost's cluster as a golden case's edit.
 func hostDenied(s *policy.Snapshot) { denyAllHost(s) }

@@ -433,20 +433,16 @@ func goldenCases() []goldenCase {
 			}))
 		}},
 		{"config", func(s *policy.Snapshot) {
-			s.Config = policy.ConfigFromFelix(
-				&api.FelixConfigurationSpec{
-					DefaultEndpointToHostAction:    "Accept",
-					IptablesFilterDenyAction:       "Reject",
-					IptablesMangleAllowAction:      "Return",
-					ChainInsertMode:                "Append",
-					IptablesMarkMask:               ptr(uint32(0x0ff00000)),
-					InterfacePrefix:                "cali,tap",
-					DisableConntrackInvalidCheck:   ptr(true),
-					AllowVXLANPacketsFromWorkloads: ptr(true),
-				},
-				// A per-node configuration overrides the cluster's.
-				&api.FelixConfigurationSpec{DefaultEndpointToHostAction: "Return"},
-			)
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{
+				DefaultEndpointToHostAction:    "Return",
+				IptablesFilterDenyAction:       "Reject",
+				IptablesMangleAllowAction:      "Return",
+				ChainInsertMode:                "Append",
+				IptablesMarkMask:               ptr(uint32(0x0ff00000)),
+				InterfacePrefix:                "cali,tap",
+				DisableConntrackInvalidCheck:   ptr(true),
+				AllowVXLANPacketsFromWorkloads: ptr(true),
+			})
 			s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "deny-db", api.NetworkPolicySpec{
 				Selector: "app == 'db'", Ingress: []api.Rule{{Action: api.Deny}}}))
 		}},

@@ -72,13 +72,32 @@ const (
 	ifWeb, ifDB, ifClient = "cali1a2b3c4d5e6", "cali2b3c4d5e6f7", "cali3c4d5e6f7a8"
 )
 
-func TestDenyByDefaultOnceSelected(t *testing.T) {
-	s := base()
+// scenarioCases are the scenario tests' clusters, each an edit of
+// base(), for the tests that check every pair of their ends (explain on
+// real packets).
+func scenarioCases() []goldenCase {
+	cases := []goldenCase{
+		{"deny-by-default-once-selected", denyByDefaultOnceSelected},
+		{"tiers-pass-and-log", tiersPassAndLogOf("192.0.2.0/24")},
+		{"host-endpoint-failsafe", hostEndpointFailsafe},
+	}
+	for _, action := range []string{"", "DROP", "ACCEPT", "RETURN"} {
+		cases = append(cases, goldenCase{"endpoint-to-host-" + action, endpointToHost(action)})
+	}
+	return append(cases, goldenCase{"scenario-ipv6", dualStack}, goldenCase{"scenario-nat-outgoing", natOutgoingPools}, goldenCase{"unusable-pool", unusablePool})
+}
+
+func denyByDefaultOnceSelected(s *policy.Snapshot) {
 	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "db", api.NetworkPolicySpec{
 		Selector: "app == 'db'",
 		Ingress: []api.Rule{{Action: api.Allow, Protocol: proto("TCP"),
 			Source: api.EntityRule{Selector: "app == 'web'"}, Destination: api.EntityRule{Ports: ports("pg")}}},
 	}))
+}
+
+func TestDenyByDefaultOnceSelected(t *testing.T) {
+	s := base()
+	denyByDefaultOnceSelected(s)
 	runProbes(t, s, []probe{
 		{name: "web to db on the named port", chain: "FORWARD", in: ifWeb, out: ifDB, src: "10.65.0.1", dst: "10.65.0.2", proto: 6, dport: 5432, want: sim.Accept},
 		{name: "web to db on another port", chain: "FORWARD", in: ifWeb, out: ifDB, src: "10.65.0.1", dst: "10.65.0.2", proto: 6, dport: 22, want: sim.Drop},
@@ -90,21 +109,29 @@ func TestDenyByDefaultOnceSelected(t *testing.T) {
 	})
 }
 
+// tiersPassAndLogOf is a security tier that logs TCP to web, denies nets
+// and passes the red team on to the default tier, where web allows TCP 80.
+func tiersPassAndLogOf(nets ...string) func(*policy.Snapshot) {
+	return func(s *policy.Snapshot) {
+		s.Tiers = append(s.Tiers, tier("security", 100, api.Deny))
+		s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("security.gate", api.GlobalNetworkPolicySpec{
+			Tier: "security", Selector: "app == 'web'",
+			Ingress: []api.Rule{
+				{Action: api.Log, Protocol: proto("TCP")},
+				{Action: api.Deny, Source: api.EntityRule{Nets: nets}},
+				{Action: api.Pass, Source: api.EntityRule{NamespaceSelector: "team == 'red'"}},
+			},
+		}))
+		s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "web", api.NetworkPolicySpec{
+			Selector: "app == 'web'",
+			Ingress:  []api.Rule{{Action: api.Allow, Protocol: proto("TCP"), Destination: api.EntityRule{Ports: ports("80")}}},
+		}))
+	}
+}
+
 func TestTiersPassAndLog(t *testing.T) {
 	s := base()
-	s.Tiers = append(s.Tiers, tier("security", 100, api.Deny))
-	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("security.gate", api.GlobalNetworkPolicySpec{
-		Tier: "security", Selector: "app == 'web'",
-		Ingress: []api.Rule{
-			{Action: api.Log, Protocol: proto("TCP")},
-			{Action: api.Deny, Source: api.EntityRule{Nets: []string{"192.0.2.0/24"}}},
-			{Action: api.Pass, Source: api.EntityRule{NamespaceSelector: "team == 'red'"}},
-		},
-	}))
-	s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "web", api.NetworkPolicySpec{
-		Selector: "app == 'web'",
-		Ingress:  []api.Rule{{Action: api.Allow, Protocol: proto("TCP"), Destination: api.EntityRule{Ports: ports("80")}}},
-	}))
+	tiersPassAndLogOf("192.0.2.0/24")(s)
 	runProbes(t, s, []probe{
 		{name: "passed then allowed by the default tier", chain: "FORWARD", in: ifClient, out: ifWeb, src: "10.65.0.3", dst: "10.65.0.1", proto: 6, dport: 80, want: sim.Accept, wantLogged: 1},
 		{name: "passed then denied by the default tier", chain: "FORWARD", in: ifClient, out: ifWeb, src: "10.65.0.3", dst: "10.65.0.1", proto: 6, dport: 81, want: sim.Drop, wantLogged: 1},
@@ -113,8 +140,7 @@ func TestTiersPassAndLog(t *testing.T) {
 	})
 }
 
-func TestHostEndpointFailsafeStaysOpen(t *testing.T) {
-	s := base()
+func hostEndpointFailsafe(s *policy.Snapshot) {
 	s.HostEndpoints = append(s.HostEndpoints, hep("node1-eth0", "eth0", map[string]string{"host": "node1"}, []string{"10.0.0.10"}))
 	s.GlobalNetworkPolicies = append(s.GlobalNetworkPolicies, gnp("deny-host", api.GlobalNetworkPolicySpec{
 		Selector: "has(host)",
@@ -122,6 +148,11 @@ func TestHostEndpointFailsafeStaysOpen(t *testing.T) {
 		Ingress:  []api.Rule{{Action: api.Deny}},
 		Egress:   []api.Rule{{Action: api.Deny}},
 	}))
+}
+
+func TestHostEndpointFailsafeStaysOpen(t *testing.T) {
+	s := base()
+	hostEndpointFailsafe(s)
 	runProbes(t, s, []probe{
 		{name: "ssh in is failsafe", chain: "INPUT", in: "eth0", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 22, want: sim.Accept},
 		{name: "kube-apiserver in is failsafe", chain: "INPUT", in: "eth0", src: "192.0.2.1", dst: "10.0.0.10", proto: 6, dport: 6443, want: sim.Accept},
@@ -133,15 +164,21 @@ func TestHostEndpointFailsafeStaysOpen(t *testing.T) {
 	})
 }
 
+func endpointToHost(action string) func(*policy.Snapshot) {
+	return func(s *policy.Snapshot) {
+		s.Config.EndpointToHostAction = action
+		s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "db-egress", api.NetworkPolicySpec{
+			Selector: "app == 'db'",
+			Egress:   []api.Rule{{Action: api.Allow, Protocol: proto("TCP")}},
+		}))
+	}
+}
+
 func TestEndpointToHostAction(t *testing.T) {
 	for action, want := range map[string]sim.Verdict{"": sim.Drop, "DROP": sim.Drop, "ACCEPT": sim.Accept, "RETURN": sim.Accept} {
 		t.Run("action "+action, func(t *testing.T) {
 			s := base()
-			s.Config.EndpointToHostAction = action
-			s.NetworkPolicies = append(s.NetworkPolicies, np("ns1", "db-egress", api.NetworkPolicySpec{
-				Selector: "app == 'db'",
-				Egress:   []api.Rule{{Action: api.Allow, Protocol: proto("TCP")}},
-			}))
+			endpointToHost(action)(s)
 			runProbes(t, s, []probe{
 				{name: "allowed by egress", chain: "INPUT", in: ifDB, src: "10.65.0.2", dst: "10.0.0.10", proto: 6, dport: 10250, want: want},
 				{name: "denied by egress", chain: "INPUT", in: ifDB, src: "10.65.0.2", dst: "10.0.0.10", proto: 17, dport: 53, want: sim.Drop},
@@ -150,8 +187,7 @@ func TestEndpointToHostAction(t *testing.T) {
 	}
 }
 
-func TestIPv6(t *testing.T) {
-	s := base()
+func dualStack(s *policy.Snapshot) {
 	s.Config.IPv6 = true
 	s.WorkloadEndpoints = append(s.WorkloadEndpoints,
 		wep("ns1", "dual", "cali5e6f7a8b9c0", map[string]string{"app": "dual"}, []string{"10.65.0.5", "fd00:65::5"}))
@@ -163,6 +199,11 @@ func TestIPv6(t *testing.T) {
 		},
 		Egress: []api.Rule{{Action: api.Deny}},
 	}))
+}
+
+func TestIPv6(t *testing.T) {
+	s := base()
+	dualStack(s)
 	runProbes(t, s, []probe{
 		{name: "echo request v6", chain: "FORWARD", in: "eth0", out: "cali5e6f7a8b9c0", src: "2001:db8::1", dst: "fd00:65::5", proto: 58, icmpType: 128, want: sim.Accept},
 		{name: "echo request v4", chain: "FORWARD", in: "eth0", out: "cali5e6f7a8b9c0", src: "192.0.2.1", dst: "10.65.0.5", proto: 1, icmpType: 8, want: sim.Accept},
@@ -172,10 +213,14 @@ func TestIPv6(t *testing.T) {
 	})
 }
 
-func TestNATOutgoing(t *testing.T) {
-	s := base()
+func natOutgoingPools(s *policy.Snapshot) {
 	s.Config.IPv6 = true
 	s.IPPools = []api.IPPool{pool("nat", "10.65.0.0/16", true), pool("other", "10.66.0.0/16", false), pool("v6", "fd00:65::/64", false)}
+}
+
+func TestNATOutgoing(t *testing.T) {
+	s := base()
+	natOutgoingPools(s)
 	runProbes(t, s, []probe{
 		{name: "pool to internet is masqueraded", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "8.8.8.8", proto: 6, dport: 443, wantNAT: "MASQUERADE"},
 		{name: "pool to pool is not", postrouting: true, out: "eth0", src: "10.65.0.1", dst: "10.66.3.4", proto: 6, dport: 443, wantNAT: ""},
@@ -187,11 +232,15 @@ func TestNATOutgoing(t *testing.T) {
 // TestUnusablePool: a pool written behind validation is left out of the
 // pool sets (so its traffic is not masqueraded) and reported once, by
 // name, like every other consumer of pools leaves it out.
-func TestUnusablePool(t *testing.T) {
-	s := base()
+func unusablePool(s *policy.Snapshot) {
 	bad := pool("bad", "10.66.0.0/16", true)
 	bad.Spec.BlockSize = 50
 	s.IPPools = []api.IPPool{pool("nat", "10.65.0.0/16", true), bad}
+}
+
+func TestUnusablePool(t *testing.T) {
+	s := base()
+	unusablePool(s)
 	res := policy.Compile(s)
 	wantProblem := "IPPool bad: blockSize 50 is out of range: IPv4 block sizes are 20-32; ignored"
 	if !slices.Equal(res.Problems, []string{wantProblem}) {

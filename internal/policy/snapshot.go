@@ -162,97 +162,94 @@ func DefaultFailsafeOutbound() []api.ProtoPort {
 	return append([]api.ProtoPort(nil), defaultFailsafeOutbound...)
 }
 
-// ConfigFromFelix merges FelixConfiguration specs in order of increasing
-// precedence (the cluster "default" first, then "node.<name>"); nil specs
-// are skipped. Fields that are unset everywhere keep Calico's defaults;
+// ConfigFromFelix reads the policy compiler's settings from s, the one
+// merged FelixConfiguration (felixenv.Merge: default, node.<name>, the
+// environment); nil is none. Fields s leaves unset keep Calico's defaults;
 // in particular IPv6 is on unless ipv6Support is false, as in felix (the
 // caller turns it off where the host has no IPv6).
-func ConfigFromFelix(specs ...*api.FelixConfigurationSpec) Config {
+func ConfigFromFelix(s *api.FelixConfigurationSpec) Config {
 	c := Config{IPv6: true}
-	for _, s := range specs {
-		if s == nil {
-			continue
-		}
-		if s.IPv6Support != nil {
-			c.IPv6 = *s.IPv6Support
-		}
-		if s.DefaultEndpointToHostAction != "" {
-			c.EndpointToHostAction = strings.ToUpper(s.DefaultEndpointToHostAction)
-		}
-		if s.IptablesFilterDenyAction != "" {
-			c.DenyAction = strings.ToUpper(s.IptablesFilterDenyAction)
-		}
-		if s.IptablesMangleAllowAction != "" {
-			c.MangleAllowAction = strings.ToUpper(s.IptablesMangleAllowAction)
-		}
-		if s.FailsafeInboundHostPorts != nil {
-			c.FailsafeInbound = append([]api.ProtoPort{}, (*s.FailsafeInboundHostPorts)...)
-		}
-		if s.FailsafeOutboundHostPorts != nil {
-			c.FailsafeOutbound = append([]api.ProtoPort{}, (*s.FailsafeOutboundHostPorts)...)
-		}
-		if s.IptablesMarkMask != nil {
-			c.MarkMask = *s.IptablesMarkMask
-		}
-		if s.InterfacePrefix != "" {
-			c.InterfacePrefixes = strings.Split(s.InterfacePrefix, ",")
-		}
-		if s.LogPrefix != "" {
-			c.LogPrefix = s.LogPrefix
-		}
-		if s.DisableConntrackInvalidCheck != nil {
-			c.DisableConntrackInvalid = *s.DisableConntrackInvalidCheck
-		}
-		if s.AllowVXLANPacketsFromWorkloads != nil {
-			c.AllowVXLANFromWorkloads = *s.AllowVXLANPacketsFromWorkloads
-		}
-		if s.AllowIPIPPacketsFromWorkloads != nil {
-			c.AllowIPIPFromWorkloads = *s.AllowIPIPPacketsFromWorkloads
-		}
-		if s.VXLANPort != nil {
-			c.VXLANPort = *s.VXLANPort
-		}
-		if s.VXLANEnabled != nil {
-			c.VXLANEnabled = s.VXLANEnabled
-		}
-		if s.IPIPEnabled != nil {
-			c.IPIPEnabled = s.IPIPEnabled
-		}
-		if s.ExternalNodesCIDRList != nil {
-			c.ExternalNodes = append([]string{}, (*s.ExternalNodesCIDRList)...)
-		}
-		if s.ChainInsertMode != "" {
-			c.AppendHooks = strings.EqualFold(s.ChainInsertMode, "append")
-		}
-		if s.NATOutgoingAddress != "" {
-			c.NATOutgoingAddress = s.NATOutgoingAddress
-		}
-		if s.NATPortRange != nil {
-			c.NATPortRange = PortRange{First: s.NATPortRange.MinPort, Last: s.NATPortRange.MaxPort}
-		}
-		if s.IptablesNATOutgoingInterfaceFilter != "" {
-			c.NATOutgoingInterface = s.IptablesNATOutgoingInterfaceFilter
-		}
-		if s.WorkloadSourceSpoofing != "" {
-			c.AllowSourceSpoofing = s.WorkloadSourceSpoofing == "Any"
-		}
-		if s.IptablesFilterAllowAction != "" {
-			c.FilterAllowAction = strings.ToUpper(s.IptablesFilterAllowAction)
-		}
-		if s.NATOutgoingExclusions != nil {
-			c.NATExcludeHosts = *s.NATOutgoingExclusions == "IPPoolsAndHostIPs"
-		}
-		if s.InterfaceExclude != "" {
-			c.InterfaceExclude = nil
-			for _, e := range strings.Split(s.InterfaceExclude, ",") {
-				if e = strings.TrimSpace(e); e != "" {
-					c.InterfaceExclude = append(c.InterfaceExclude, e)
-				}
+	if s == nil {
+		return c
+	}
+	if s.IPv6Support != nil {
+		c.IPv6 = *s.IPv6Support
+	}
+	if s.DefaultEndpointToHostAction != "" {
+		c.EndpointToHostAction = strings.ToUpper(s.DefaultEndpointToHostAction)
+	}
+	if s.IptablesFilterDenyAction != "" {
+		c.DenyAction = strings.ToUpper(s.IptablesFilterDenyAction)
+	}
+	if s.IptablesMangleAllowAction != "" {
+		c.MangleAllowAction = strings.ToUpper(s.IptablesMangleAllowAction)
+	}
+	if s.FailsafeInboundHostPorts != nil {
+		c.FailsafeInbound = append([]api.ProtoPort{}, (*s.FailsafeInboundHostPorts)...)
+	}
+	if s.FailsafeOutboundHostPorts != nil {
+		c.FailsafeOutbound = append([]api.ProtoPort{}, (*s.FailsafeOutboundHostPorts)...)
+	}
+	if s.IptablesMarkMask != nil {
+		c.MarkMask = *s.IptablesMarkMask
+	}
+	if s.InterfacePrefix != "" {
+		c.InterfacePrefixes = strings.Split(s.InterfacePrefix, ",")
+	}
+	if s.LogPrefix != "" {
+		c.LogPrefix = s.LogPrefix
+	}
+	if s.DisableConntrackInvalidCheck != nil {
+		c.DisableConntrackInvalid = *s.DisableConntrackInvalidCheck
+	}
+	if s.AllowVXLANPacketsFromWorkloads != nil {
+		c.AllowVXLANFromWorkloads = *s.AllowVXLANPacketsFromWorkloads
+	}
+	if s.AllowIPIPPacketsFromWorkloads != nil {
+		c.AllowIPIPFromWorkloads = *s.AllowIPIPPacketsFromWorkloads
+	}
+	if s.VXLANPort != nil {
+		c.VXLANPort = *s.VXLANPort
+	}
+	if s.VXLANEnabled != nil {
+		c.VXLANEnabled = s.VXLANEnabled
+	}
+	if s.IPIPEnabled != nil {
+		c.IPIPEnabled = s.IPIPEnabled
+	}
+	if s.ExternalNodesCIDRList != nil {
+		c.ExternalNodes = append([]string{}, (*s.ExternalNodesCIDRList)...)
+	}
+	if s.ChainInsertMode != "" {
+		c.AppendHooks = strings.EqualFold(s.ChainInsertMode, "append")
+	}
+	if s.NATOutgoingAddress != "" {
+		c.NATOutgoingAddress = s.NATOutgoingAddress
+	}
+	if s.NATPortRange != nil {
+		c.NATPortRange = PortRange{First: s.NATPortRange.MinPort, Last: s.NATPortRange.MaxPort}
+	}
+	if s.IptablesNATOutgoingInterfaceFilter != "" {
+		c.NATOutgoingInterface = s.IptablesNATOutgoingInterfaceFilter
+	}
+	if s.WorkloadSourceSpoofing != "" {
+		c.AllowSourceSpoofing = s.WorkloadSourceSpoofing == "Any"
+	}
+	if s.IptablesFilterAllowAction != "" {
+		c.FilterAllowAction = strings.ToUpper(s.IptablesFilterAllowAction)
+	}
+	if s.NATOutgoingExclusions != nil {
+		c.NATExcludeHosts = *s.NATOutgoingExclusions == "IPPoolsAndHostIPs"
+	}
+	if s.InterfaceExclude != "" {
+		for _, e := range strings.Split(s.InterfaceExclude, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				c.InterfaceExclude = append(c.InterfaceExclude, e)
 			}
 		}
-		if s.ServiceLoopPrevention != "" {
-			c.ServiceLoopPrevention = strings.ToUpper(s.ServiceLoopPrevention)
-		}
+	}
+	if s.ServiceLoopPrevention != "" {
+		c.ServiceLoopPrevention = strings.ToUpper(s.ServiceLoopPrevention)
 	}
 	return c
 }

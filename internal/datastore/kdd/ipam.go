@@ -243,15 +243,20 @@ func affinitySelector(r *ipamResource, prefix string) string {
 	if r != ipamAffinities {
 		return ""
 	}
+	typ := ipamAffinityHost
 	rest, ok := strings.CutPrefix(prefix, ipamHostRoot)
 	if !ok {
-		return ""
+		// A virtual host's (the LoadBalancer controller's).
+		if rest, ok = strings.CutPrefix(prefix, ipamPrefix+ipamAffinityVirtual+"/"); !ok {
+			return ""
+		}
+		typ = ipamAffinityVirtual
 	}
 	node, rest, ok := strings.Cut(rest, "/")
 	if !ok || node == "" {
 		return ""
 	}
-	sel := ipamLabelHostnameHash + "=" + hostnameHash(node) + "," + ipamLabelAffinityType + "=" + ipamAffinityHost
+	sel := ipamLabelHostnameHash + "=" + hostnameHash(node) + "," + ipamLabelAffinityType + "=" + typ
 	for _, v := range []string{"4", "6"} {
 		if strings.HasPrefix(rest, "ipv"+v+"/") {
 			sel += "," + ipamLabelIPVersion + "=" + v

@@ -201,3 +201,21 @@ func TestIPAMDecode(t *testing.T) {
 		t.Error("encode accepted a block value that is not JSON")
 	}
 }
+
+// TestAffinitySelector: listing one host's or one virtual host's
+// affinities asks the API server for Calico's labels
+// (model.CalculateBlockAffinityLabelSelector), not for every affinity.
+func TestAffinitySelector(t *testing.T) {
+	for _, tc := range []struct{ prefix, want string }{
+		{"/calico/ipam/v2/host/node1/", "projectcalico.org/hostname-hash=" + hostnameHash("node1") + ",projectcalico.org/affinity-type=host"},
+		{"/calico/ipam/v2/host/node1/ipv4/block/", "projectcalico.org/hostname-hash=" + hostnameHash("node1") + ",projectcalico.org/affinity-type=host,projectcalico.org/ip-version=4"},
+		{"/calico/ipam/v2/virtual/load-balancer/", "projectcalico.org/hostname-hash=" + hostnameHash("load-balancer") + ",projectcalico.org/affinity-type=virtual"},
+		{"/calico/ipam/v2/virtual/load-balancer/ipv6/block/", "projectcalico.org/hostname-hash=" + hostnameHash("load-balancer") + ",projectcalico.org/affinity-type=virtual,projectcalico.org/ip-version=6"},
+		{"/calico/ipam/v2/host/", ""},
+		{"/calico/ipam/v2/virtual/", ""},
+	} {
+		if got := affinitySelector(ipamAffinities, tc.prefix); got != tc.want {
+			t.Errorf("affinitySelector(%q) = %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+}

@@ -165,8 +165,12 @@ func checkBGPFilterRule(f *fieldErrors, path string, r BGPFilterRule, v4 bool) {
 	if r.Interface != "" && !bgpFilterInterface.MatchString(r.Interface) {
 		f.add(field(path, "interface"), r.Interface, `is not a valid interface pattern: 1-15 letters, digits, '_', '.', '-' or '*'`)
 	}
-	if (r.CIDR == "") != (r.MatchOperator == "") {
-		f.add(field(path, "cidr"), r.CIDR, "cidr and matchOperator must both be set or both be empty")
+	// Calico's struct-level reasons, word for word.
+	switch {
+	case r.CIDR != "" && r.MatchOperator == "":
+		f.add(field(path, "cidr"), r.CIDR, "MatchOperator cannot be empty when CIDR is not")
+	case r.CIDR == "" && r.MatchOperator != "":
+		f.add(field(path, "matchOperator"), string(r.MatchOperator), "CIDR cannot be empty when MatchOperator is not")
 	}
 	maxLen := int32(128)
 	if v4 {
@@ -183,9 +187,12 @@ func checkBGPFilterRule(f *fieldErrors, path string, r BGPFilterRule, v4 bool) {
 				fam = "IPv4"
 			}
 			f.add(field(path, "cidr"), r.CIDR, "is not an "+fam+" CIDR")
+		case p.Masked() != p:
+			// Calico's netv4/netv6: strictly masked.
+			f.add(field(path, "cidr"), r.CIDR, "is not a network address: host bits are set (did you mean "+p.Masked().String()+"?)")
 		}
 	} else if r.PrefixMin != nil || r.PrefixMax != nil {
-		f.add(field(path, "prefixLength"), nil, "cidr is required when prefixLength is set")
+		f.add(field(path, "prefixLength"), nil, "CIDR cannot be empty when PrefixLength is not")
 	}
 	for _, b := range []struct {
 		name string

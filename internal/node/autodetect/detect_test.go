@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 // fakeSource is a host described in memory.
@@ -136,14 +137,8 @@ func TestDetect(t *testing.T) {
 				host = tt.host()
 			}
 			got, iface, err := Detect(m, tt.family, host)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Detect = %v, %q, %v; want error containing %q", got, iface, err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Detect: %v", err)
 			}
 			if got.String() != tt.want || iface != tt.wantIface {
 				t.Errorf("Detect = %v on %q, want %s on %q", got, iface, tt.want, tt.wantIface)
@@ -203,14 +198,8 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := Validate(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Validate(%q) = %v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Validate(%q): %v", tt.in, err)
 			}
 			if got.String() != tt.want {
 				t.Errorf("Validate(%q) = %v, want %s", tt.in, got, tt.want)
@@ -239,14 +228,8 @@ func TestResolve(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			got, iface, err := Resolve(tt.in, tt.family, testHost())
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Resolve(%q) = %v, %v; want error containing %q", tt.in, got, err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Resolve(%q): %v", tt.in, err)
 			}
 			if got.String() != tt.want || iface != tt.wantIface {
 				t.Errorf("Resolve(%q) = %v on %q, want %s on %q", tt.in, got, iface, tt.want, tt.wantIface)

@@ -2,8 +2,9 @@ package autodetect
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 func TestParseMethod(t *testing.T) {
@@ -39,14 +40,8 @@ func TestParseMethod(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			m, err := ParseMethod(tt.in)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParseMethod(%q) = %v, %v; want error containing %q", tt.in, m, err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("ParseMethod(%q): %v", tt.in, err)
 			}
 			if got := m.String(); got != tt.want {
 				t.Errorf("ParseMethod(%q) = %s, want %s", tt.in, got, tt.want)

@@ -16,6 +16,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/node/autodetect"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 )
 
 // memStore is a hand-written in-memory Store with revision checks.
@@ -157,10 +158,7 @@ func TestAddressRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := chooseAddress(4, tt.ip, "first-found", tt.current, host)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
 			}
 			if err != nil || got != tt.want {

@@ -1,7 +1,6 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -222,23 +221,7 @@ func (m *Member) waitReady() error {
 		return fmt.Errorf("client for %s: %w", m.ClientURL, err)
 	}
 	defer c.Close()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Get(ctx, "etcdtest-health")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return errors.New("etcd exited before becoming healthy")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd at %s not healthy after %s: %w", m.ClientURL, readyTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return waitRead(c, m.ClientURL, p.Done(), deadline)
 }
 
 // PID is the member's process ID, or 0 while it is not running.
@@ -356,14 +339,4 @@ func (c *Cluster) Leader(ctx context.Context, cl *clientv3.Client) *Member {
 	return nil
 }
 
-func (m *Member) logTail() string {
-	data, err := os.ReadFile(m.logPath)
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
+func (m *Member) logTail() string { return fileTail(m.logPath) }

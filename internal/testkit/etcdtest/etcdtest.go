@@ -339,6 +339,12 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		return err
 	}
 	defer c.Close()
+	return waitRead(c, s.clientURL(), exited, deadline)
+}
+
+// waitRead polls a linearizable read through c (of the member at url)
+// until it succeeds, the member exits or deadline passes.
+func waitRead(c *clientv3.Client, url string, exited <-chan struct{}, deadline time.Time) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := c.Get(ctx, "etcdtest-health")
@@ -352,15 +358,18 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd at %s not healthy after %s: %w", s.clientURL(), readyTimeout, err)
+			return fmt.Errorf("etcd at %s not healthy after %s: %w", url, readyTimeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // logTail returns the last lines of the server log for failure messages.
-func (s *Server) logTail() string {
-	data, err := os.ReadFile(s.logPath)
+func (s *Server) logTail() string { return fileTail(s.logPath) }
+
+// fileTail is the last 20 lines of the log at path.
+func fileTail(path string) string {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}

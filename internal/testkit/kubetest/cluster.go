@@ -589,18 +589,25 @@ func (c *Cluster) RelayInto(t testing.TB, nsPath string) {
 			conns = append(conns, in, out) // closed at cleanup if still open
 			mu.Unlock()
 			wg.Go(func() {
-				done := make(chan struct{})
-				go func() {
-					io.Copy(out, in)
-					out.(*net.TCPConn).CloseWrite()
-					close(done)
-				}()
-				io.Copy(in, out)
-				in.(*net.TCPConn).CloseWrite()
-				<-done
+				Splice(in, out)
 				in.Close()
 				out.Close()
 			})
 		}
 	})
+}
+
+// Splice copies between two TCP connections both ways until both
+// directions end, closing each side's writing half once its reader has
+// read EOF, so that each end sees the other's EOF as it would directly.
+func Splice(a, b net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		io.Copy(b, a)
+		b.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	io.Copy(a, b)
+	a.(*net.TCPConn).CloseWrite()
+	<-done
 }

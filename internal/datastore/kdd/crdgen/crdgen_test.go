@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/projectcalico/calico-node/internal/atomicfile"
+	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
@@ -219,14 +220,8 @@ type: object
 				r.types = map[reflect.Type]func() *schema{}
 			}
 			got, err := newGenerator(r).schemaOf(tt.typ)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
-				}
+			if !errtest.Want(t, err, tt.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var want schema
 			if err := yaml.UnmarshalStrict([]byte(tt.want), &want); err != nil {
