@@ -22,6 +22,9 @@ import (
 var policyKinds = []string{
 	"WorkloadEndpoint", "HostEndpoint", "NetworkPolicy", "GlobalNetworkPolicy", "Profile",
 	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration", "Node",
+	// The default BGPConfiguration's service ranges are what
+	// serviceLoopPrevention guards.
+	"BGPConfiguration",
 }
 
 // Applier programs one IP family's compiled policy into the kernel
@@ -274,6 +277,9 @@ func PolicySnapshot(objs map[confwatch.Key]api.Object, node string, env *api.Fel
 	}
 	felix := FelixSpec(objs, node, env)
 	s.Config = policy.ConfigFromFelix(&felix)
+	if bgp, ok := objs[confwatch.Key{Kind: "BGPConfiguration", Name: "default"}].(*api.BGPConfiguration); ok {
+		s.Config.ServiceCIDRs = policy.ServiceCIDRs(&bgp.Spec)
+	}
 	return s
 }
 
