@@ -293,13 +293,21 @@ func MetricValue(url, sample string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("metrics %s: %w", url, err)
 	}
-	return Sample(t, string(body), sample)
+	return sampleValue(string(body), sample)
 }
 
 // Sample reads one sample line of a Prometheus text exposition (see
 // Metric); 0 when absent.
 func Sample(t testing.TB, body, sample string) float64 {
 	t.Helper()
+	v, err := sampleValue(body, sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func sampleValue(body, sample string) (float64, error) {
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
