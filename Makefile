@@ -13,7 +13,9 @@ GO       ?= go
 BIN      := bin
 BINARY   := $(BIN)/calico-node
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=$(VERSION) \
+            -X github.com/projectcalico/calico-node/internal/buildinfo.Commit=$(COMMIT)
 # urfave_cli_no_docs leaves out urfave/cli's man-page and markdown
 # renderers (and their package init, which every CNI invocation pays).
 GOTAGS   := urfave_cli_no_docs
@@ -97,8 +99,10 @@ bench-cni: deps build
 
 # Policy dataplane: 1,000 local endpoints and 500 policies compiled and
 # programmed into a fresh namespace next to iptables-restore alone, and the
-# latency from mixed policy changes in etcd to the kernel, and RSS (root).
-# DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
+# latency from mixed policy changes in etcd to the kernel, and the real
+# `calico-node run`'s RSS idle and with them programmed (root).
+# DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE
+# profiles the changes; DATAPLANE_BENCH_AGENT_ENV sets the agent's env.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
 

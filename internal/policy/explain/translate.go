@@ -229,6 +229,9 @@ func (tr *translator) hit(h sim.Hit) {
 		tr.cur.Verdict = Allow
 	case policy.OriginNATOutgoing:
 		st.Text = "leaves a natOutgoing pool for outside the pools: source NAT"
+	case policy.OriginServiceLoop:
+		st.Text = "to the advertised service range " + o.Detail + " without a service (not DNAT-ed): stopped (serviceLoopPrevention)"
+		tr.cur.Verdict = Deny
 	default:
 		st.Text = o.Kind.String()
 	}
