@@ -356,15 +356,7 @@ func benchObjects(b *testing.B, nEP, nPol int) []api.Object {
 	var y strings.Builder
 	y.WriteString("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool}\nspec: {cidr: 10.96.0.0/12, blockSize: 26}\n")
 	for ns := range 10 {
-		fmt.Fprintf(&y, `---
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.ns%d}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: ns%d, pcns.team: t%d}
-`, ns, ns, ns%3)
+		y.WriteString(storetest.NamespaceProfile(fmt.Sprint("ns", ns), map[string]string{"team": fmt.Sprint("t", ns%3)}))
 	}
 	for i := range nEP {
 		fmt.Fprintf(&y, `---

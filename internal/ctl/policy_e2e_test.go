@@ -23,23 +23,7 @@ import (
 
 // shop is a small cluster: namespaces shop and dev, web and db pods on
 // n1, a client pod on n2, and a policy that lets only web reach db.
-const shop = `
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.shop}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: shop}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.dev}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: dev}
----
+var shop = storetest.NamespaceProfile("shop", nil) + storetest.NamespaceProfile("dev", nil) + `---
 apiVersion: projectcalico.org/v3
 kind: Node
 metadata: {name: n1}

@@ -20,25 +20,18 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
 // planCluster is one node, n1 (192.0.2.1 on its eth0), a pool, a
 // namespace profile and a pod on n1 with an address from the pool.
-const planCluster = `
+var planCluster = `
 apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pool}
 spec: {cidr: 10.66.0.0/16, blockSize: 26}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.shop}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: shop}
----
+` + storetest.NamespaceProfile("shop", nil) + `---
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
 metadata: {name: n1-k8s-web-eth0, namespace: shop, labels: {app: web}}
