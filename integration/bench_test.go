@@ -398,16 +398,5 @@ spec:
 			fmt.Fprintf(&y, "---\napiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: np%d, namespace: ns%d}\nspec:\n  order: %d\n  selector: app == 'app%d'\n%s", k, k%10, k, k%100, rules)
 		}
 	}
-	docs, err := api.DecodeAndValidate([]byte(y.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []api.Object
-	for _, d := range docs {
-		if d.Err != nil {
-			b.Fatalf("document %d (%s %s): %v", d.Index, d.Kind, d.Name, d.Err)
-		}
-		out = append(out, d.Object)
-	}
-	return out
+	return storetest.Objects(b, y.String())
 }

@@ -7,11 +7,11 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
-// TestProfiles decodes what the helpers write, as a test's apply would.
+// TestProfiles reads what the profile helpers write back through Objects.
 func TestProfiles(t *testing.T) {
-	docs, err := api.Decode([]byte(NamespaceProfile("prod", map[string]string{"env": "prod", "team": "a"}) + ServiceAccountProfile("prod", "web")))
-	if err != nil || len(docs) != 2 {
-		t.Fatalf("decode: %d documents, %v", len(docs), err)
+	objs := Objects(t, NamespaceProfile("prod", map[string]string{"env": "prod", "team": "a"})+ServiceAccountProfile("prod", "web"))
+	if len(objs) != 2 {
+		t.Fatalf("%d documents, want 2", len(objs))
 	}
 	allow := []api.Rule{{Action: api.Allow}}
 	for i, want := range []struct {
@@ -22,12 +22,9 @@ func TestProfiles(t *testing.T) {
 		{"kns.prod", allow, map[string]string{"pcns.projectcalico.org/name": "prod", "pcns.env": "prod", "pcns.team": "a"}},
 		{"ksa.prod.web", nil, map[string]string{"pcsa.projectcalico.org/name": "web"}},
 	} {
-		if docs[i].Err != nil {
-			t.Fatalf("document %d: %v", i, docs[i].Err)
-		}
-		p, ok := docs[i].Object.(*api.Profile)
+		p, ok := objs[i].(*api.Profile)
 		if !ok || p.Name != want.name {
-			t.Fatalf("document %d: %#v, want Profile %s", i, docs[i].Object, want.name)
+			t.Fatalf("document %d: %#v, want Profile %s", i, objs[i], want.name)
 		}
 		if !reflect.DeepEqual(p.Spec.Ingress, want.ingress) || !reflect.DeepEqual(p.Spec.Egress, want.ingress) || !reflect.DeepEqual(p.Spec.LabelsToApply, want.labels) {
 			t.Errorf("%s: ingress %+v egress %+v labels %v, want rules %+v labels %v", want.name, p.Spec.Ingress, p.Spec.Egress, p.Spec.LabelsToApply, want.ingress, want.labels)

@@ -5,6 +5,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"testing"
+
+	"github.com/projectcalico/calico-node/internal/model/api"
 )
 
 // NamespaceProfile is the YAML document of the Profile the Kubernetes
@@ -30,4 +33,23 @@ func NamespaceProfile(ns string, labels map[string]string) string {
 // pcsa.projectcalico.org/name: <name>.
 func ServiceAccountProfile(ns, name string) string {
 	return fmt.Sprintf("---\napiVersion: projectcalico.org/v3\nkind: Profile\nmetadata: {name: ksa.%s.%s}\nspec:\n  labelsToApply: {pcsa.projectcalico.org/name: %s}\n", ns, name, name)
+}
+
+// Objects decodes and validates a YAML or JSON document stream, as
+// calicoctl apply reads a file, and fails the test on any document it
+// cannot use.
+func Objects(t testing.TB, docs string) []api.Object {
+	t.Helper()
+	ds, err := api.DecodeAndValidate([]byte(docs))
+	if err != nil {
+		t.Fatalf("decode: %v\n%s", err, docs)
+	}
+	out := make([]api.Object, 0, len(ds))
+	for _, d := range ds {
+		if d.Err != nil {
+			t.Fatalf("document %d (%s %s): %v", d.Index, d.Kind, d.Name, d.Err)
+		}
+		out = append(out, d.Object)
+	}
+	return out
 }
