@@ -13,7 +13,9 @@ GO       ?= go
 BIN      := bin
 BINARY   := $(BIN)/calico-node
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -s -w -X github.com/projectcalico/calico-node/internal/buildinfo.Version=$(VERSION) \
+            -X github.com/projectcalico/calico-node/internal/buildinfo.Commit=$(COMMIT)
 # urfave_cli_no_docs leaves out urfave/cli's man-page and markdown
 # renderers (and their package init, which every CNI invocation pays).
 GOTAGS   := urfave_cli_no_docs

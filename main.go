@@ -14,7 +14,9 @@
 //
 // The CNI plugin path is latency-critical: package cnientry's init hands
 // the command to the node's agent before the rest of the binary is
-// initialised; only when no agent takes it does main run the plugin here.
+// initialised; when no agent takes it, package cnimain's init runs the
+// plugin in this process, before the packages only the agent and the
+// CLI need are initialised. main never sees the plugin names.
 package main
 
 import (
@@ -22,11 +24,13 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/projectcalico/calico-node/internal/cni"
 	// As the CNI plugins, the binary first offers the command to the
 	// node's agent from this package's init, before the rest of the
-	// binary is initialised (see its doc).
+	// binary is initialised (see its doc)...
 	_ "github.com/projectcalico/calico-node/internal/cni/cnientry"
+	// ... then runs it itself from this one's, before the packages only
+	// the agent and the CLI need.
+	_ "github.com/projectcalico/calico-node/internal/cni/cnimain"
 	"github.com/projectcalico/calico-node/internal/ctl"
 	"github.com/projectcalico/calico-node/internal/node"
 )
@@ -38,12 +42,10 @@ func main() {
 }
 
 // dispatch runs the entry point named by argv[0] and returns its error,
-// which the entry point has already reported in its own format (CNI error
-// JSON on stdout for the plugins, a message on stderr for the CLIs).
+// which the entry point has already reported on stderr. (The CNI plugins
+// never get here: package cnimain's init runs them.)
 func dispatch(name string, args []string) error {
 	switch name {
-	case cni.NetworkPlugin, cni.IPAMPlugin:
-		return cni.Main(name)
 	case "calicoctl":
 		return report(ctl.NewApp().Run(calicoctlArgs(args, 1)))
 	default:

@@ -33,6 +33,9 @@ type Endpoints struct {
 	// Gate, if set, holds the routes and sysctls as they are while it is
 	// closed (the datastore is locked). Set before Run.
 	Gate Gate
+	// Env is the FELIX_* layer of the configuration (nil: none), for
+	// deviceRouteSourceAddress(IPv6). Set before Run.
+	Env *api.FelixConfigurationSpec
 
 	node    string
 	watch   Subscriber
@@ -40,6 +43,7 @@ type Endpoints struct {
 	sysctl  SysctlWriter
 	log     *slog.Logger
 	weps    map[confwatch.Key]*api.WorkloadEndpoint // owned by Run
+	felix   map[confwatch.Key]api.Object            // FelixConfigurations, owned by Run
 	applied map[string]bool                         // interfaces whose sysctls are set
 	refresh *refresh.Ticker                         // periodic re-assertion; 0: none
 }
@@ -61,6 +65,7 @@ func NewEndpoints(node string, watch Subscriber, sink RouteSink, sysctl SysctlWr
 		node: node, watch: watch, sink: sink, sysctl: sysctl, refresh: refresh.NewTicker(period),
 		log:     logger.With("component", "endpoints"),
 		weps:    map[confwatch.Key]*api.WorkloadEndpoint{},
+		felix:   map[confwatch.Key]api.Object{},
 		applied: map[string]bool{},
 	}
 }
@@ -73,7 +78,7 @@ func (e *Endpoints) SetRefreshInterval(d time.Duration) { e.refresh.Set(d) }
 // does not exist yet when its endpoint arrives is retried with backoff,
 // independent of the refresh (which may be off).
 func (e *Endpoints) Run(ctx context.Context) error {
-	sub := e.watch.Subscribe("WorkloadEndpoint")
+	sub := e.watch.Subscribe("WorkloadEndpoint", "FelixConfiguration")
 	updates := sub.Updates(ctx)
 	tickC := e.refresh.Start()
 	defer e.refresh.Stop()
@@ -109,7 +114,8 @@ func (e *Endpoints) Run(ctx context.Context) error {
 		if !synced || !open {
 			continue
 		}
-		e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), e.log))
+		src := DeviceRouteSourceFor(FelixSpec(e.felix, e.node, e.Env))
+		e.sink.Set(routes.SourceWorkloads, WorkloadRoutes(e.local(), src, e.log))
 		if e.applySysctls() {
 			missingBackoff = min(max(2*missingBackoff, 200*time.Millisecond), 10*time.Second)
 		} else {
@@ -120,6 +126,14 @@ func (e *Endpoints) Run(ctx context.Context) error {
 
 func (e *Endpoints) apply(ups []confwatch.Update) {
 	for _, u := range ups {
+		if u.Key.Kind == "FelixConfiguration" {
+			if u.Type == confwatch.Delete {
+				delete(e.felix, u.Key)
+			} else {
+				e.felix[u.Key] = u.Object
+			}
+			continue
+		}
 		w, ok := u.Object.(*api.WorkloadEndpoint)
 		if !ok {
 			continue
@@ -165,9 +179,27 @@ func (e *Endpoints) applySysctls() (missing bool) {
 	return missing
 }
 
+// DeviceRouteSource is the source address Felix gives the routes to
+// workloads of each family (deviceRouteSourceAddress,
+// deviceRouteSourceAddressIPv6); invalid: none, the kernel picks.
+type DeviceRouteSource struct{ V4, V6 netip.Addr }
+
+// DeviceRouteSourceFor reads the two fields of spec. A value that is not
+// an address of its family is left out (validation refuses it on write).
+func DeviceRouteSourceFor(spec api.FelixConfigurationSpec) DeviceRouteSource {
+	var d DeviceRouteSource
+	if a, err := netip.ParseAddr(spec.DeviceRouteSourceAddress); err == nil && a.Is4() {
+		d.V4 = a
+	}
+	if a, err := netip.ParseAddr(spec.DeviceRouteSourceAddressIPv6); err == nil && a.Is6() {
+		d.V6 = a
+	}
+	return d
+}
+
 // WorkloadRoutes is the pure part: a /32 or /128 route per address of each
-// local endpoint, via its host veth.
-func WorkloadRoutes(weps []*api.WorkloadEndpoint, log *slog.Logger) []routes.Route {
+// local endpoint, via its host veth, with src's address of the family.
+func WorkloadRoutes(weps []*api.WorkloadEndpoint, src DeviceRouteSource, log *slog.Logger) []routes.Route {
 	var out []routes.Route
 	for _, w := range weps {
 		if w.Spec.InterfaceName == "" {
@@ -179,7 +211,11 @@ func WorkloadRoutes(weps []*api.WorkloadEndpoint, log *slog.Logger) []routes.Rou
 				log.Warn("endpoint has a bad ipNetwork", "endpoint", w.Name, "value", n)
 				continue
 			}
-			out = append(out, routes.Route{Dst: p.Masked(), Dev: w.Spec.InterfaceName})
+			r := routes.Route{Dst: p.Masked(), Dev: w.Spec.InterfaceName, Src: src.V4}
+			if p.Addr().Is6() {
+				r.Src = src.V6
+			}
+			out = append(out, r)
 		}
 	}
 	return out

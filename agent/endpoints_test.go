@@ -35,13 +35,44 @@ func TestWorkloadRoutes(t *testing.T) {
 		wep("n1", "a", "cali1", 1, "10.0.0.1/32", "fd00::1/128"),
 		wep("n1", "b", "", 1, "10.0.0.2/32"),  // no interface yet: no route
 		wep("n1", "c", "cali3", 1, "garbage"), // bad value: skipped, logged
-	}, quiet())
+	}, DeviceRouteSource{}, quiet())
 	want := []routes.Route{
 		{Dst: netip.MustParsePrefix("10.0.0.1/32"), Dev: "cali1"},
 		{Dst: netip.MustParsePrefix("fd00::1/128"), Dev: "cali1"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
+
+// TestDeviceRouteSource: deviceRouteSourceAddress and
+// deviceRouteSourceAddressIPv6 become the src of the routes to workloads
+// of their family, as Felix programs them; a node's FelixConfiguration
+// outranks the default one, and the FELIX_* environment both.
+func TestDeviceRouteSource(t *testing.T) {
+	felix := func(name string, spec api.FelixConfigurationSpec) api.Object {
+		fc := &api.FelixConfiguration{Spec: spec}
+		fc.Kind, fc.Name = "FelixConfiguration", name
+		return fc
+	}
+	objs := map[confwatch.Key]api.Object{
+		{Kind: "FelixConfiguration", Name: "default"}: felix("default", api.FelixConfigurationSpec{
+			DeviceRouteSourceAddress: "192.0.2.1", DeviceRouteSourceAddressIPv6: "2001:db8::1"}),
+		{Kind: "FelixConfiguration", Name: "node.n1"}: felix("node.n1", api.FelixConfigurationSpec{DeviceRouteSourceAddress: "192.0.2.7"}),
+	}
+	weps := []*api.WorkloadEndpoint{wep("n1", "a", "cali1", 1, "10.0.0.1/32", "fd00::1/128")}
+	show := func(rs []routes.Route) string { return fmt.Sprint(rs) }
+	got := show(WorkloadRoutes(weps, DeviceRouteSourceFor(FelixSpec(objs, "n1", nil)), quiet()))
+	if want := "[10.0.0.1/32 dev cali1 src 192.0.2.7 fd00::1/128 dev cali1 src 2001:db8::1]"; got != want {
+		t.Errorf("node n1: %s, want %s", got, want)
+	}
+	got = show(WorkloadRoutes(weps, DeviceRouteSourceFor(FelixSpec(objs, "n2", &api.FelixConfigurationSpec{DeviceRouteSourceAddressIPv6: "2001:db8::9"})), quiet()))
+	if want := "[10.0.0.1/32 dev cali1 src 192.0.2.1 fd00::1/128 dev cali1 src 2001:db8::9]"; got != want {
+		t.Errorf("node n2 with FELIX_DEVICEROUTESOURCEADDRESSIPV6: %s, want %s", got, want)
+	}
+	// An address of the wrong family is no source.
+	if d := DeviceRouteSourceFor(api.FelixConfigurationSpec{DeviceRouteSourceAddress: "2001:db8::1"}); d.V4.IsValid() || d.V6.IsValid() {
+		t.Errorf("IPv6 address as deviceRouteSourceAddress: %+v", d)
 	}
 }
 

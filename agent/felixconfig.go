@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,29 @@ type FelixConfigOptions struct {
 	Runtime GoRuntime
 	// Metrics, if set, follows the prometheus* fields.
 	Metrics MetricsConfigurer
+	// ExternalRouteRemovers follow removeExternalRoutes and
+	// interfacePrefix (the route table, when it owns workload routes).
+	ExternalRouteRemovers []ExternalRouteRemover
+}
+
+// ExternalRouteRemover removes other software's routes to the workload
+// interfaces named with prefixes (none: nil), as Felix does with
+// removeExternalRoutes (routetable.Table).
+type ExternalRouteRemover interface {
+	SetRemoveExternalRoutes(prefixes []string)
+}
+
+// ExternalRoutePrefixes are the workload interface prefixes whose
+// external routes are removed: interfacePrefix ("cali" when unset) while
+// removeExternalRoutes is true or unset (Felix's default), nil when false.
+func ExternalRoutePrefixes(s *api.FelixConfigurationSpec) []string {
+	if s.RemoveExternalRoutes != nil && !*s.RemoveExternalRoutes {
+		return nil
+	}
+	if s.InterfacePrefix == "" {
+		return []string{"cali"}
+	}
+	return strings.Split(s.InterfacePrefix, ",")
 }
 
 // HealthReporter is one component's line in /readiness.
@@ -122,6 +146,8 @@ type FelixConfig struct {
 	objs       map[confwatch.Key]api.Object
 	refresh    time.Duration
 	refreshSet bool
+	external   []string          // ExternalRoutePrefixes last applied
+	externalOK bool              // external was applied once
 	ignored    string            // logSeverityScreen last reported as overridden
 	reported   map[string]string // field -> value last reported as not honoured
 	goSettings string            // the Go runtime settings last applied
@@ -137,6 +163,12 @@ func NewFelixConfig(opts FelixConfigOptions, watch Subscriber, logger *slog.Logg
 		// Unset fields leave the process as it started.
 		goSettings: goSettingsKey(nil, nil, nil),
 	}
+}
+
+// AddExternalRouteRemover adds r to the parts that follow
+// removeExternalRoutes. Call before Run.
+func (f *FelixConfig) AddExternalRouteRemover(r ExternalRouteRemover) {
+	f.opts.ExternalRouteRemovers = append(f.opts.ExternalRouteRemovers, r)
 }
 
 // AddRouteRefresher adds r to the parts that follow routeRefreshInterval.
@@ -177,6 +209,15 @@ func (f *FelixConfig) apply(spec api.FelixConfigurationSpec) {
 			r.SetRefreshInterval(d)
 		}
 		f.log.Info("route refresh interval", "interval", d, "disabled", d == 0)
+	}
+	if p := ExternalRoutePrefixes(&spec); !f.externalOK || !slices.Equal(p, f.external) {
+		f.external, f.externalOK = p, true
+		for _, r := range f.opts.ExternalRouteRemovers {
+			r.SetRemoveExternalRoutes(p)
+		}
+		if len(f.opts.ExternalRouteRemovers) > 0 {
+			f.log.Info("routes of other software to workload interfaces", "removed", p != nil, "prefixes", p)
+		}
 	}
 	f.reportUnhonoured(spec)
 	if f.opts.Runtime != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -294,4 +295,30 @@ func mustNet(t *testing.T, s string) *net.IPNet {
 	t.Helper()
 	p := netip.MustParsePrefix(s)
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+type fakeRemover struct{ calls [][]string }
+
+func (f *fakeRemover) SetRemoveExternalRoutes(p []string) { f.calls = append(f.calls, p) }
+
+// TestRemoveExternalRoutesSetting: removeExternalRoutes (true when unset,
+// as in Felix) hands the workload interface prefixes to the route table,
+// false hands it none; it is passed on once per change.
+func TestRemoveExternalRoutesSetting(t *testing.T) {
+	r := &fakeRemover{}
+	fc := NewFelixConfig(FelixConfigOptions{Node: "n1"}, nil, quiet())
+	fc.AddExternalRouteRemover(r)
+	off := false
+	for _, spec := range []api.FelixConfigurationSpec{
+		{},
+		{LogSeverityScreen: "Info"}, // no change: not passed on again
+		{InterfacePrefix: "cali,tap"},
+		{InterfacePrefix: "cali,tap", RemoveExternalRoutes: &off},
+	} {
+		fc.apply(spec)
+	}
+	want := [][]string{{"cali"}, {"cali", "tap"}, nil}
+	if fmt.Sprint(r.calls) != fmt.Sprint(want) || r.calls[2] != nil {
+		t.Errorf("route table told %q, want %q", r.calls, want)
+	}
 }

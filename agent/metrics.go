@@ -283,6 +283,8 @@ func messageType(kind string, remove bool) string {
 		kind = "HostMetadata"
 	case "IPPool":
 		kind = "IPAMPool"
+	case "BGPConfiguration":
+		kind = "GlobalBGPConfig"
 	}
 	if remove {
 		return kind + "Remove"
@@ -296,7 +298,7 @@ func updateType(kind string) string {
 	switch kind {
 	case "NetworkPolicy", "GlobalNetworkPolicy":
 		return "PolicyKey"
-	case "Profile":
+	case "Profile", "BGPConfiguration":
 		return "ResourceKey"
 	case "Node":
 		return "HostIPKey"

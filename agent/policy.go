@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,9 @@ import (
 var policyKinds = []string{
 	"WorkloadEndpoint", "HostEndpoint", "NetworkPolicy", "GlobalNetworkPolicy", "Profile",
 	"NetworkSet", "GlobalNetworkSet", "Tier", "IPPool", "FelixConfiguration", "Node",
+	// The default BGPConfiguration's service ranges are what
+	// serviceLoopPrevention guards.
+	"BGPConfiguration",
 }
 
 // Applier programs one IP family's compiled policy into the kernel
@@ -272,6 +277,9 @@ func PolicySnapshot(objs map[confwatch.Key]api.Object, node string, env *api.Fel
 	}
 	felix := FelixSpec(objs, node, env)
 	s.Config = policy.ConfigFromFelix(&felix)
+	if bgp, ok := objs[confwatch.Key{Kind: "BGPConfiguration", Name: "default"}].(*api.BGPConfiguration); ok {
+		s.Config.ServiceCIDRs = policy.ServiceCIDRs(&bgp.Spec)
+	}
 	return s
 }
 
@@ -335,13 +343,18 @@ func (p *Policy) program(ctx context.Context) error {
 		case <-time.After(d.Duration):
 		}
 	}
-	if err := p.v4.Apply(ctx, res.V4); err != nil {
-		return err
-	}
+	// The families have tables and sets of their own: programmed side
+	// by side, a change (a new pod's endpoint, which its CNI ADD waits
+	// for) costs one iptables-restore's time, not two in a row.
+	var v6err error
+	var wg sync.WaitGroup
 	if p.v6 != nil && res.V6 != nil {
-		if err := p.v6.Apply(ctx, res.V6); err != nil {
-			return err
-		}
+		wg.Go(func() { v6err = p.v6.Apply(ctx, res.V6) })
+	}
+	v4err := p.v4.Apply(ctx, res.V4)
+	wg.Wait()
+	if err := errors.Join(v4err, v6err); err != nil {
+		return err
 	}
 	if p.Programmed != nil {
 		p.Programmed(s.WorkloadEndpoints)

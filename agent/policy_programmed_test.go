@@ -50,3 +50,36 @@ func TestPolicyProgrammedReport(t *testing.T) {
 		t.Fatalf("reports after a successful apply: %v, want one with both endpoints", reports)
 	}
 }
+
+// rendezvousApplier's Apply waits up to a second for the other family's
+// to start, and says whether it did.
+type rendezvousApplier struct {
+	started, other chan struct{}
+	met            bool
+}
+
+func (r *rendezvousApplier) Apply(context.Context, *policy.Family) error {
+	close(r.started)
+	select {
+	case <-r.other:
+		r.met = true
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+func (r *rendezvousApplier) Invalidate() {}
+
+// The two families are programmed side by side: a change (a new pod's
+// endpoint, which its CNI ADD waits for) costs one restore's time.
+func TestPolicyFamiliesSideBySide(t *testing.T) {
+	c4, c6 := make(chan struct{}), make(chan struct{})
+	v4, v6 := &rendezvousApplier{started: c4, other: c6}, &rendezvousApplier{started: c6, other: c4}
+	p := NewPolicy(PolicyConfig{Node: "n1", Resync: time.Minute, Logger: slog.New(slog.DiscardHandler)}, nil, v4, v6)
+	if err := p.program(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !v4.met || !v6.met {
+		t.Errorf("IPv4 and IPv6 programmed one after the other (v4 saw v6 start: %v, v6 saw v4: %v)", v4.met, v6.met)
+	}
+}

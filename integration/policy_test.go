@@ -180,7 +180,7 @@ func testPolicyOnRealPackets(t *testing.T, n *node) {
 	c.client = n.addPod(t, "prod", "client", "client", map[string]string{"app": "client"})
 	c.builder = n.addPod(t, "dev", "builder", "builder", map[string]string{"app": "client"})
 	// The plugin handed those ADDs to the node's agent (package cnientry).
-	if served := n.metric(t, `calico_cni_server_requests_total{result="served"}`); served < 3 {
+	if served := n.metric(t, `calico_cni_server_requests_total{reason="",result="served"}`); served < 3 {
 		t.Errorf("the agent served %v CNI commands, want the 3 ADDs", served)
 	}
 	// Pods may reach the node unless a case says otherwise (felix's

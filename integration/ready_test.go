@@ -244,7 +244,7 @@ spec: {debugSimulateDataplaneApplyDelay: 1s}
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, filepath.Join(t.TempDir(), "cni-cache"),
 		&envExec{Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}}, env: []string{"CALICO_CNI_SOCKET=none"}})
 	defer func() { n.cni = inProcess }()
-	served := n.metric(t, `calico_cni_server_requests_total{result="served"}`)
+	served := n.metric(t, `calico_cni_server_requests_total{reason="",result="served"}`)
 	a = n.addReady(t, "plugin-slow", n.confList(t, map[string]any{"policy_setup_timeout_seconds": 10}))
 	if a.err != nil {
 		t.Fatalf("in-process CNI ADD with a 10 s timeout on a slow dataplane: %v", a.err)
@@ -256,7 +256,7 @@ spec: {debugSimulateDataplaneApplyDelay: 1s}
 	if !errors.As(a.err, &cniErr) || cniErr.Code != types.ErrTryAgainLater || !strings.Contains(cniErr.Msg, "no status file") {
 		t.Errorf("in-process ADD with a dataplane slower than its timeout: %v, want code 11 naming the status file", a.err)
 	}
-	if now := n.metric(t, `calico_cni_server_requests_total{result="served"}`); now != served {
+	if now := n.metric(t, `calico_cni_server_requests_total{reason="",result="served"}`); now != served {
 		t.Errorf("the agent served %v of the in-process ADDs", now-served)
 	}
 }

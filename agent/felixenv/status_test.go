@@ -163,8 +163,8 @@ func TestUnhonouredExamples(t *testing.T) {
 		{"reporting off", api.FelixConfigurationSpec{ReportingInterval: &api.Duration{}}, api.FelixConfigurationSpec{}, nil},
 		{"reporting on", api.FelixConfigurationSpec{ReportingInterval: &api.Duration{Duration: 30 * time.Second}}, api.FelixConfigurationSpec{},
 			[]string{"reportingInterval=30s (no FelixStatus reports are written)"}},
-		{"exclusions", api.FelixConfigurationSpec{NATOutgoingExclusions: ptr(api.NATOutgoingExclusionsType("IPPoolsAndHostIPs"))}, api.FelixConfigurationSpec{},
-			[]string{"natOutgoingExclusions=IPPoolsAndHostIPs (traffic to IP pools is not masqueraded; host addresses are)"}},
+		{"exclusions", api.FelixConfigurationSpec{NATOutgoingExclusions: ptr(api.NATOutgoingExclusionsType("IPPoolsAndHostIPs"))}, api.FelixConfigurationSpec{}, nil},
+		{"service loops and filter allow", api.FelixConfigurationSpec{ServiceLoopPrevention: "Reject", IptablesFilterAllowAction: "Return"}, api.FelixConfigurationSpec{}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

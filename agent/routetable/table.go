@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +78,59 @@ type Table struct {
 	passes   int
 
 	m *metrics // nil: none
+
+	// external are the workload interface prefixes whose routes of other
+	// protocols than ours the full reconcile removes (Felix's
+	// removeExternalRoutes); nil: none (under mu).
+	external []string
+}
+
+// SetRemoveExternalRoutes makes the full reconcile also delete routes
+// of other protocols than ours to interfaces named with one of prefixes
+// (workload interfaces, interfacePrefix) that no source wants, as Felix
+// does with removeExternalRoutes (its default). IPv6 link-local routes
+// and the kernel's own (proto kernel) are left alone. nil turns it off:
+// only protocol 80 routes are ever removed. Safe from any goroutine; it
+// takes effect at the next full reconcile.
+func (t *Table) SetRemoveExternalRoutes(prefixes []string) {
+	t.mu.Lock()
+	t.external = slices.Clone(prefixes)
+	t.mu.Unlock()
+	t.kick()
+}
+
+// externalRoutes are the routes to workload interfaces (names with one of
+// prefixes) of other protocols than ours, by key, that the full reconcile
+// removes unless wanted.
+func (t *Table) externalRoutes(prefixes []string) (map[string]netlink.Route, error) {
+	out := map[string]netlink.Route{}
+	names := map[int]string{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range rs {
+			if r.Protocol == routeproto.Calico || r.Protocol == unix.RTPROT_KERNEL || r.LinkIndex == 0 {
+				continue
+			}
+			dst, ok := prefixOf(r.Dst, fam)
+			if !ok || dst.Addr().IsLinkLocalUnicast() {
+				continue
+			}
+			name, ok := names[r.LinkIndex]
+			if !ok {
+				if l, err := t.k.LinkByIndex(r.LinkIndex); err == nil {
+					name = l.Attrs().Name
+				}
+				names[r.LinkIndex] = name
+			}
+			if name != "" && slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+				out[strconv.Itoa(r.Table)+"/"+dst.String()] = r
+			}
+		}
+	}
+	return out, nil
 }
 
 // metrics are Felix's route table metrics, with Felix's names, types,
@@ -440,6 +495,22 @@ func (t *Table) diff() (routeDiff, error) {
 			actual[strconv.Itoa(r.Table)+"/"+dst.String()] = r
 		}
 	}
+	t.mu.Lock()
+	prefixes := t.external
+	t.mu.Unlock()
+	if len(prefixes) > 0 {
+		ext, err := t.externalRoutes(prefixes)
+		if err != nil {
+			return d, err
+		}
+		for k, r := range ext {
+			if _, ok := d.want[k]; !ok {
+				d.del = append(d.del, r)
+			}
+			// A wanted one is replaced by ours (same destination and
+			// table) below.
+		}
+	}
 	if t.m != nil {
 		t.m.resync.Observe(time.Since(listStart).Seconds())
 	}
@@ -682,5 +753,7 @@ func matches(cur netlink.Route, want *netlink.Route) bool {
 		cur.Gw.Equal(want.Gw) &&
 		scopeOK &&
 		cur.Priority == prio &&
-		(want.Src == nil || cur.Src.Equal(want.Src))
+		// A src the route should no longer have is a difference too
+		// (deviceRouteSourceAddress unset): no other route of ours has one.
+		cur.Src.Equal(want.Src)
 }

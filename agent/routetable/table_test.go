@@ -427,3 +427,103 @@ func TestOnApplied(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveExternalRoutes: with removeExternalRoutes (Felix's default) a
+// full reconcile also deletes routes of other protocols to workload
+// interfaces that nobody wants, and replaces a wanted one with ours; the
+// kernel's own routes there (IPv6 link-local), and other protocols'
+// routes to other interfaces, stay. Turned off, only our protocol's
+// routes go.
+func TestRemoveExternalRoutes(t *testing.T) {
+	n := nodeNS(t, "routes-external")
+	nl := n.Netlink(t)
+	ns := func(args ...string) {
+		t.Helper()
+		n.MustRun(t, "ip", args...)
+	}
+	ns("link", "add", "cali12345", "type", "veth", "peer", "name", "cali12345p")
+	ns("link", "set", "cali12345", "up")
+	ns("link", "set", "cali12345p", "up")
+	external := func() {
+		ns("route", "replace", "10.244.0.7/32", "dev", "cali12345", "proto", "static") // a pod that is gone
+		ns("route", "replace", "10.244.0.8/32", "dev", "cali12345", "proto", "boot")   // a pod that is ours now
+	}
+	has := func(dst, proto string) bool {
+		_, n, _ := net.ParseCIDR(dst)
+		rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: n}, netlink.RT_FILTER_DST)
+		if err != nil || len(rs) != 1 {
+			return false
+		}
+		return proto == "" || fmt.Sprint(int(rs[0].Protocol)) == proto
+	}
+	tbl := New(nl, time.Hour, quiet())
+	tbl.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.8/32"), Dev: "cali12345"}})
+
+	// Off: the static route stays; the wanted one becomes ours.
+	external()
+	if err := tbl.Reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if !has("10.244.0.7/32", "") || !has("10.244.0.8/32", fmt.Sprint(routeproto.Calico)) {
+		t.Errorf("without removeExternalRoutes: 10.244.0.7 kept %v, 10.244.0.8 ours %v", has("10.244.0.7/32", ""), has("10.244.0.8/32", fmt.Sprint(routeproto.Calico)))
+	}
+
+	tbl.SetRemoveExternalRoutes([]string{"cali"})
+	external()
+	if err := tbl.Reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if has("10.244.0.7/32", "") {
+		t.Error("an unwanted static route to a workload interface survived removeExternalRoutes")
+	}
+	if !has("10.244.0.8/32", fmt.Sprint(routeproto.Calico)) {
+		t.Error("the wanted route to the workload is not ours")
+	}
+	if !foreignRoutePresent(t, nl) {
+		t.Error("a static route to another interface was removed")
+	}
+	rs, err := nl.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := nl.LinkByName("cali12345")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(rs, func(r netlink.Route) bool {
+		return r.LinkIndex == link.Attrs().Index && r.Dst != nil && r.Dst.IP.IsLinkLocalUnicast()
+	}) {
+		t.Error("the kernel's IPv6 link-local route of the workload interface was removed")
+	}
+}
+
+// TestRouteSource: a route's src (deviceRouteSourceAddress) is written,
+// and taken away again by a full reconcile (an agent started after the
+// field was unset).
+func TestRouteSource(t *testing.T) {
+	nl := testNS(t)
+	src := func() string {
+		_, n, _ := net.ParseCIDR("10.244.0.9/32")
+		rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: n}, netlink.RT_FILTER_DST)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("route to 10.244.0.9: %v %v", rs, err)
+		}
+		return rs[0].Src.String()
+	}
+	for _, tc := range []struct {
+		src  netip.Addr
+		want string
+	}{
+		{netip.MustParseAddr("192.0.2.1"), "192.0.2.1"},
+		{netip.Addr{}, "<nil>"},
+	} {
+		tbl := New(nl, time.Hour, quiet())
+		tbl.Set(routes.SourceWorkloads, []routes.Route{{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "dummy0", Src: tc.src}})
+		if err := tbl.Reconcile(); err != nil {
+			t.Fatal(err)
+		}
+		if got := src(); got != tc.want {
+			t.Errorf("src %v: the kernel's route has src %s, want %s", tc.src, got, tc.want)
+		}
+	}
+}

@@ -89,18 +89,6 @@ func (p *Programmer) restoreSets(ctx context.Context, payload string) error {
 	return nil
 }
 
-func (p *Programmer) writeSets(ctx context.Context, want []policy.IPSet, have map[string]*savedSet, st *Stats) error {
-	payload, n, err := p.setsPayload(want, have)
-	if err != nil || payload == "" {
-		return err
-	}
-	if err := p.restoreSets(ctx, payload); err != nil {
-		return fmt.Errorf("ipset restore: %w", err)
-	}
-	st.SetsWritten = n
-	return nil
-}
-
 // setsPayload is the `ipset restore` input that makes the sets in have
 // (ours in the kernel) hold want, and how many sets it writes.
 func (p *Programmer) setsPayload(want []policy.IPSet, have map[string]*savedSet) (string, int, error) {

@@ -2,6 +2,7 @@ package xtables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -51,6 +52,9 @@ type Programmer struct {
 	// changed chains are hashed again. Unlike known it describes no
 	// kernel state, so failures keep it.
 	hashes map[string]map[string]hashMemo
+	// lastHashes are the rule hashes, by table and chain index, of the
+	// chains the last writeTables wrote (for kernelState.after).
+	lastHashes map[string]chainHashes
 
 	restores     prometheus.Counter
 	restoreErrs  prometheus.Counter
@@ -177,10 +181,68 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 		}
 	}
 	actualSets := known.sets
-	// 1. IP sets first: new rules may reference them.
-	if err := p.writeSets(ctx, f.IPSets, actualSets, &st); err != nil {
+	// 1. IP sets first: new rules may reference them. A change that
+	// creates no set (members only, as a new pod's address in its
+	// profile's set) cannot leave a rule referencing a set the kernel
+	// lacks: then ipset restore runs beside iptables-restore, and a
+	// pod's CNI ADD, which waits for this Apply, waits for one process
+	// instead of two in a row.
+	setsPayload, setsN, err := p.setsPayload(f.IPSets, actualSets)
+	if err != nil {
 		return st, err
 	}
+	var setsDone chan error
+	switch {
+	case setsPayload == "":
+	case createsNoSet(f.IPSets, actualSets):
+		setsDone = make(chan error, 1)
+		go func() { setsDone <- p.restoreSets(ctx, setsPayload) }()
+	default:
+		if err := p.restoreSets(ctx, setsPayload); err != nil {
+			return st, fmt.Errorf("ipset restore: %w", err)
+		}
+		st.SetsWritten = setsN
+	}
+	st, err = p.writeTables(ctx, f, known, st)
+	if setsDone != nil {
+		if serr := <-setsDone; serr != nil {
+			return st, errors.Join(err, fmt.Errorf("ipset restore: %w", serr))
+		}
+		st.SetsWritten = setsN
+	}
+	if err != nil {
+		return st, err
+	}
+	// 3. Sets nothing references any more.
+	if err := p.destroyStaleSets(ctx, f.IPSets, actualSets, &st); err != nil {
+		return st, err
+	}
+	// Chain writes and deletions are easy to account for; fixed hooks sit
+	// among other software's rules in the built-in chains, which only a
+	// fresh read shows exactly.
+	if st.HooksFixed == 0 {
+		p.known = known.after(f, p.lastHashes)
+	}
+	p.setGauges(f)
+	if st.Changed() {
+		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
+	}
+	return st, nil
+}
+
+// createsNoSet reports whether every set of want is already in have.
+func createsNoSet(want []policy.IPSet, have map[string]*savedSet) bool {
+	for _, s := range want {
+		if have[s.Name] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// writeTables writes the difference between f's tables and known in one
+// iptables-restore; p.lastHashes gets the rule hashes of f's chains.
+func (p *Programmer) writeTables(ctx context.Context, f *policy.Family, known *kernelState, st Stats) (Stats, error) {
 	// 2. All tables in one iptables-restore.
 	var payload strings.Builder
 	hashes := map[string]chainHashes{}
@@ -194,7 +256,7 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 		lines[t.Name] = max(strings.Count(section, "\n")-2, 0)
 		payload.WriteString(section)
 	}
-	p.hashes = memo
+	p.hashes, p.lastHashes = memo, hashes
 	if payload.Len() > 0 {
 		start := time.Now()
 		p.restores.Inc()
@@ -211,20 +273,6 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 				p.m.FelixLinesExecuted.WithLabelValues(p.ipVersion, table).Add(float64(n))
 			}
 		}
-	}
-	// 3. Sets nothing references any more.
-	if err := p.destroyStaleSets(ctx, f.IPSets, actualSets, &st); err != nil {
-		return st, err
-	}
-	// Chain writes and deletions are easy to account for; fixed hooks sit
-	// among other software's rules in the built-in chains, which only a
-	// fresh read shows exactly.
-	if st.HooksFixed == 0 {
-		p.known = known.after(f, hashes)
-	}
-	p.setGauges(f)
-	if st.Changed() {
-		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
 	}
 	return st, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +18,24 @@ import (
 
 // nsRunner runs every command inside one network namespace, the way the
 // agent runs inside the node's namespace, and counts iptables-restores.
+// The programmer may run ipset restore beside iptables-restore: the
+// counts are guarded.
 type nsRunner struct {
 	ns       string
+	mu       sync.Mutex
 	restores int
 	runs     int // every command
 	log      []string
 }
 
 func (r *nsRunner) Run(ctx context.Context, name string, args []string, stdin string) (string, error) {
+	r.mu.Lock()
 	r.runs++
 	if strings.Contains(name, "restore") && name != "ipset" {
 		r.restores++
 		r.log = append(r.log, stdin)
 	}
+	r.mu.Unlock()
 	return ExecRunner{}.Run(ctx, "ip", append([]string{"netns", "exec", r.ns, name}, args...), stdin)
 }
 
@@ -275,5 +281,78 @@ func TestDetect(t *testing.T) {
 	}
 	if _, err := exec.LookPath(b.Restore); err != nil {
 		t.Errorf("detected restore command %s not on PATH: %v", b.Restore, err)
+	}
+}
+
+// overlapRunner runs commands in a namespace (nsRunner) and sees whether
+// an ipset restore overlapped an iptables-restore: the ipset restore
+// waits up to wait for an iptables-restore to start.
+type overlapRunner struct {
+	ns   *nsRunner
+	wait time.Duration
+
+	mu         sync.Mutex
+	started    chan struct{} // closed when an iptables-restore starts
+	overlapped bool
+}
+
+func (r *overlapRunner) Run(ctx context.Context, name string, args []string, stdin string) (string, error) {
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	switch {
+	case name == "ipset" && len(args) > 0 && args[0] == "restore":
+		select {
+		case <-started:
+			r.mu.Lock()
+			r.overlapped = true
+			r.mu.Unlock()
+		case <-time.After(r.wait):
+		}
+	case strings.HasSuffix(name, "-restore"):
+		r.mu.Lock()
+		select {
+		case <-r.started:
+		default:
+			close(r.started)
+		}
+		r.mu.Unlock()
+	}
+	return r.ns.Run(ctx, name, args, stdin)
+}
+
+// TestApplySetsBesideRules: a change that only changes set members (a new
+// pod's address) runs ipset restore beside iptables-restore, so that the
+// pod's ADD waits for one process; a change that creates a set restores
+// the sets first, as the new rules reference them.
+func TestApplySetsBesideRules(t *testing.T) {
+	ctx := context.Background()
+	r := &overlapRunner{ns: newNS(t), wait: 300 * time.Millisecond, started: make(chan struct{})}
+	p := New(BackendFor("nft", 4), r, nil, quiet())
+	s := snapshot(false)
+	if _, err := p.Apply(ctx, policy.Compile(s).V4); err != nil {
+		t.Fatal(err)
+	}
+	if r.overlapped {
+		t.Error("the first Apply, which creates the sets, ran iptables-restore before ipset restore had finished")
+	}
+
+	// A second frontend: its address joins the set of app == "front",
+	// and its chains are new.
+	front := s.WorkloadEndpoints[1]
+	front.Name, front.Spec.Pod, front.Spec.InterfaceName, front.Spec.IPNetworks = "front2", "front2", "cali4444444444d", []string{"10.65.0.5/32"}
+	s.WorkloadEndpoints = append(s.WorkloadEndpoints, front)
+	r.mu.Lock()
+	r.wait, r.started = 10*time.Second, make(chan struct{})
+	r.mu.Unlock()
+	st, err := p.Apply(ctx, policy.Compile(s).V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SetsWritten == 0 || st.ChainsWritten == 0 {
+		t.Fatalf("the new endpoint changed no set or no chain: %+v", st)
+	}
+	if !r.overlapped {
+		t.Error("a members-only change waited for ipset restore before running iptables-restore")
 	}
 }

@@ -235,6 +235,19 @@ func TestKubeletNode(t *testing.T) {
 
 	// Pods have their network at their first instruction (ready_test.go).
 	agent = checkNetworkAtStart(t, kube, filepath.Join(bins, "calicoctl"), func(env ...string) *agentProc {
+		// Every command of the probe pods' ADDs and of their deletion
+		// reached the agent and was served: kubelet's DELs come twice or
+		// more per pod, the later ones once containerd has removed the
+		// namespace, and those too go to the agent (before, they ran in
+		// plugin processes: 249 served in one run, 360 after).
+		served, declined := servedCNI(t, agent.health), declinedCNI(t, agent.health)
+		t.Logf("the agent served %d CNI commands and declined %v", served, declined)
+		if len(declined) > 0 {
+			t.Errorf("the agent declined CNI commands (by reason): %v; served %d", declined, served)
+		}
+		if served < 3*probePods {
+			t.Errorf("the agent served %d CNI commands, want at least 3 per probe pod (%d): an ADD and two DELs", served, 3*probePods)
+		}
 		if err := agent.stop(); err != nil {
 			t.Errorf("agent exit: %v", err)
 		}
@@ -364,10 +377,22 @@ func (a *agentProc) waitReady(t *testing.T) {
 // stop sends SIGTERM and waits (SIGKILL after 20s); idempotent.
 func (a *agentProc) stop() error { return a.Stop(20 * time.Second) }
 
-// servedCNI reads the agent's calico_cni_server_requests_total{result="served"}.
+// servedCNI reads the agent's calico_cni_server_requests_total{reason="",result="served"}.
 func servedCNI(t *testing.T, health string) int {
 	t.Helper()
-	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{result="served"}`))
+	return int(proctest.Metric(t, "http://"+health+"/metrics", `calico_cni_server_requests_total{reason="",result="served"}`))
+}
+
+// declinedCNI reads the agent's declined CNI commands by reason.
+func declinedCNI(t *testing.T, health string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, reason := range []string{"bad_request", "other_netns", "command", "env", "config", "ipam_delegated", "file_unreadable", "netns_not_visible"} {
+		if n := proctest.Metric(t, "http://"+health+"/metrics", fmt.Sprintf(`calico_cni_server_requests_total{reason=%q,result="declined"}`, reason)); n > 0 {
+			out[reason] = int(n)
+		}
+	}
+	return out
 }
 
 // applyPod applies a pod manifest and waits for it to run.

@@ -1,6 +1,7 @@
-// Package buildinfo reports the version the binary was built as. Version is
-// stamped at link time (-ldflags "-X .../buildinfo.Version=v1.2.3"); the VCS
-// revision comes from the Go toolchain's embedded build info.
+// Package buildinfo reports the version the binary was built as. Version and
+// Commit are stamped at link time (-ldflags "-X .../buildinfo.Version=v1.2.3
+// -X .../buildinfo.Commit=<sha>", as the Makefile does); without Commit the
+// VCS revision comes from the Go toolchain's embedded build info.
 package buildinfo
 
 import (
@@ -17,8 +18,16 @@ const MainPackage = "github.com/projectcalico/calico-node"
 // Version is set by the linker; it is never written at run time.
 var Version = "dev"
 
+// Commit is the git commit the binary was built from, set by the linker
+// (the Go toolchain's own stamp is missing where the build has no .git,
+// as in a container build context).
+var Commit = ""
+
 // Revision returns the VCS revision the binary was built from, or "unknown".
 func Revision() string {
+	if Commit != "" {
+		return Commit
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

@@ -4,6 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,27 +20,38 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/projectcalico/calico-node/agent/epstatus"
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
 
 // BenchmarkCNI measures what kubelet waits for: ADD and DEL of one pod,
 // executed through libcni as a container runtime does, for calico +
 // calico-ipam (against the real etcd binary) and, in the same run on the
 // same node, the reference ptp + host-local plugins doing the same veth
-// work. Sequentially, then with 8 pods at a time. calico runs twice: with
-// the agent's CNI server listening (as on a node running calico-node:
-// the plugin hands the command over, cnientry) and with none (the plugin
-// does all the work itself). Another row runs the same plugin code built
-// alone (testdata/cnionly): the difference to "no agent" is what starting
-// the full calico-node binary costs. The rows take turns pod by pod (chunk
-// by chunk when concurrent). It prints a latency table; run it with `make
-// bench-cni`.
+// work. Sequentially, then with 8 pods at a time. The implementations
+// take turns pod by pod (chunk by chunk when concurrent), each part beside
+// its own ptp + host-local row. It prints a latency table and the ratios;
+// run it with `make bench-cni`.
 //
-// The Kubernetes datastore has a row of its own: the same plugin with
-// "datastore_type": "kubernetes" against a real kube-apiserver (package
-// kubetest, on loopback), the agent running, on Kubernetes pods
-// (a Pod object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet
-// runs it): the plugin reads the Pod and its Namespace, allocates from
+// Part 1, the node as deployed: `calico-node run` (startAgent: the
+// iptables dataplane and BGP on, in this process's network namespace,
+// which plays the node, with a run directory of its own) serves the
+// plugin processes, which hand it each command (cnientry); ADD returns
+// once the agent has programmed the pod's policy and routes. Resident
+// pods (CNI_BENCH_RESIDENT, default 2) stay on the node throughout. The
+// agent's own record of the ADDs (calico_node_endpoint_stage_seconds)
+// and of its applies says where the time goes.
+//
+// Part 2, the agent stopped (as while it restarts): the plugin process
+// does all the work itself; the same plugin code built alone
+// (testdata/cnionly) shows what starting the full binary costs. Beside
+// it, the Kubernetes datastore: the same plugin with "datastore_type":
+// "kubernetes" against a real kube-apiserver (package kubetest, on
+// loopback), served by the agent's CNI server in this process (no
+// dataplane: the agent of part 1 is on etcd), on Kubernetes pods (a Pod
+// object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet runs
+// it): the plugin reads the Pod and its Namespace, allocates from
 // ipamblocks/blockaffinities/ipamhandles and writes the Pod's
 // cni.projectcalico.org annotations. Its pods are fresh for each mode, as
 // a new pod's sandbox is. Every container ID is 64 hex digits, as a
@@ -47,15 +61,17 @@ import (
 // whatever b.N is: percentiles need many samples of the same thing.
 // CNI_BENCH_KDD=0 leaves the Kubernetes rows out.
 func BenchmarkCNI(b *testing.B) {
-	n := 200
-	if v, err := strconv.Atoi(os.Getenv("CNI_BENCH_N")); err == nil && v > 0 {
-		n = v
+	n := envInt("CNI_BENCH_N", 200)
+	if n == 0 {
+		n = 200
 	}
 	withKDD := os.Getenv("CNI_BENCH_KDD") != "0"
 	const workers = 8
 	e := newEnv(b)
 	e.addPool("bench", "10.224.0.0/16", 26)
-	calico := e.conf("1.0.0", map[string]any{"log_level": "error"})
+	// No agent marks this endpoint status directory: a plugin process
+	// does not wait for a dataplane.
+	calico := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": b.TempDir()})
 	ptp := []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ptp-bench","type":"ptp","ipMasq":false,
 		"ipam":{"type":"host-local","ranges":[[{"subnet":"10.225.0.0/16"}]],"dataDir":%q}}`, e.dataDir))
 
@@ -125,7 +141,7 @@ func BenchmarkCNI(b *testing.B) {
 		k = newKDDEnv(b)
 		k.addNode(k.node)
 		k.addPool("bench", "10.226.0.0/16", 26)
-		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error"})
+		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": b.TempDir()})
 		for _, m := range append([]string{"warm-up"}, "sequential", "8-way") {
 			count := n
 			if m == "warm-up" {
@@ -155,10 +171,6 @@ func BenchmarkCNI(b *testing.B) {
 		impl, mode string
 		s          []sample
 	}
-	// The agent's CNI server, as `calico-node run` has it on a node; the
-	// plugin processes reach it through CALICO_CNI_SOCKET, set per row.
-	startServer(b)
-	sock := os.Getenv(cnientry.SocketEnv)
 	type impl struct {
 		name   string
 		cni    *libcni.CNIConfig
@@ -166,36 +178,96 @@ func BenchmarkCNI(b *testing.B) {
 		socket string
 		kdd    bool // on the Kubernetes datastore's pods
 	}
-	impls := []impl{
-		{"calico, agent running", e.cni, calico, sock, false},
-		{"calico, no agent", e.cni, calico, "none", false},
-		{"same, plugin built alone", lean, calico, "none", false},
-		{"ptp+host-local", e.cni, ptp, "none", false},
-	}
-	if withKDD {
-		impls = append(impls, impl{"calico KDD, agent running", k.cni, kddConf, sock, true})
-	}
 	var rows []row
-	for _, mode := range modes {
-		// The implementations take turns, a chunk of pods each, so that
-		// the load of this shared machine drifting during the run hits
-		// all of them alike (one pod at a time when sequential).
-		samples := make([][]sample, len(impls))
-		for lo := 0; lo < len(pods); lo += mode.chunk {
-			hi := min(lo+mode.chunk, len(pods))
-			for i, im := range impls {
-				chunk := pods[lo:hi]
-				if im.kdd {
-					chunk = kddPods[mode.name][lo:hi]
+	// measure runs impls on the same pods, sequentially then 8 at a time.
+	measure := func(impls []impl, afterMode func(mode string)) {
+		for _, mode := range modes {
+			// The implementations take turns, a chunk of pods each, so
+			// that the load of this shared machine drifting during the
+			// run hits all of them alike (one pod at a time when
+			// sequential).
+			samples := make([][]sample, len(impls))
+			for lo := 0; lo < len(pods); lo += mode.chunk {
+				hi := min(lo+mode.chunk, len(pods))
+				for i, im := range impls {
+					chunk := pods[lo:hi]
+					if im.kdd {
+						chunk = kddPods[mode.name][lo:hi]
+					}
+					os.Setenv(cnientry.SocketEnv, im.socket)
+					samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
 				}
-				os.Setenv(cnientry.SocketEnv, im.socket)
-				samples[i] = append(samples[i], run(im.cni, im.conf, chunk, mode.workers)...)
+			}
+			for i, im := range impls {
+				rows = append(rows, row{im.name, mode.name, samples[i]})
+			}
+			if afterMode != nil {
+				afterMode(mode.name)
 			}
 		}
-		for i, im := range impls {
-			rows = append(rows, row{im.name, mode.name, samples[i]})
-		}
 	}
+
+	// Part 1: the node's agent, `calico-node run` as deployed (iptables
+	// dataplane, BGP), serves the plugins; ADD returns once the pod's
+	// policy and routes are programmed.
+	agent := startAgent(b, e)
+	agentConf := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": agent.statusDir})
+	os.Setenv(cnientry.SocketEnv, agent.socket)
+	run(e.cni, agentConf, pods[:8], 1)
+	// Pods that stay on the node throughout, on the same network, as a
+	// node has them: the network's profile chains and IP sets then stay
+	// programmed, and a new pod changes only its own chains and set
+	// members. Without them (CNI_BENCH_RESIDENT=0) every ADD on the empty
+	// node also recreates those, and every DEL removes them again.
+	resident := make([]*pod, envInt("CNI_BENCH_RESIDENT", 2))
+	for i := range resident {
+		resident[i] = newPod(b)
+		resident[i].rt.ContainerID = runtimeID()
+		e.mustAdd(agentConf, resident[i])
+	}
+	// The agent's own account of the ADDs it served, per mode.
+	last := agent.scrape(b)
+	var breakdown strings.Builder
+	measure([]impl{
+		{"calico, agent running", e.cni, agentConf, agent.socket, false},
+		{"ptp+host-local", e.cni, ptp, "none", false},
+	}, func(mode string) {
+		now := agent.scrape(b)
+		fmt.Fprintf(&breakdown, "agent-served ADD, %s: mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds), ms:\n   ", mode)
+		for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
+			epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
+			fmt.Fprintf(&breakdown, " %s %.1f", st, ms(now.mean(last, fmt.Sprintf("calico_node_endpoint_stage_seconds_%%s{stage=%q}", st))))
+		}
+		fmt.Fprintf(&breakdown, "\n    and meanwhile: %.0f policy applies of %.1f ms; iptables-restore %.0f calls of %.1f ms, ip6tables-restore %.0f of %.1f ms; ipset restore %.0f (IPv4) and %.0f (IPv6) calls\n",
+			now.delta(last, "felix_int_dataplane_apply_time_seconds_count"), ms(now.mean(last, "felix_int_dataplane_apply_time_seconds_%s")),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="4"}`)),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="6"}`)),
+			now.delta(last, `calico_ipset_restore_calls_total{family="4"}`), now.delta(last, `calico_ipset_restore_calls_total{family="6"}`))
+		last = now
+	})
+	if b.Failed() {
+		return
+	}
+	for _, p := range resident {
+		e.mustDel(agentConf, p)
+	}
+	agent.stop(b)
+
+	// Part 2: no agent on the node (stopped: its endpoints stay as they
+	// are); the plugin process does all the work, and no marker in its
+	// endpoint status directory says an agent would program the pod.
+	impls := []impl{
+		{"calico, no agent", e.cni, calico, "none", false},
+		{"same, plugin built alone", lean, calico, "none", false},
+		{"ptp+host-local, no agent", e.cni, ptp, "none", false},
+	}
+	if withKDD {
+		// The agent's CNI server alone, in this process, on the
+		// Kubernetes datastore (no dataplane to wait for).
+		startServer(b)
+		impls = append(impls, impl{"calico KDD, CNI server", k.cni, kddConf, os.Getenv(cnientry.SocketEnv), true})
+	}
+	measure(impls, nil)
 	if b.Failed() {
 		return
 	}
@@ -238,23 +310,29 @@ func BenchmarkCNI(b *testing.B) {
 		}
 	}
 	w.Flush()
+	ratio := func(m map[string]time.Duration, impl, ref, mode, op string) float64 {
+		return float64(m[impl+mode+op]) / float64(m[ref+mode+op])
+	}
 	for _, mode := range []string{"sequential", "8-way"} {
 		for _, op := range []string{"ADD", "DEL"} {
-			ref := float64(p50["ptp+host-local"+mode+op])
-			ratio := float64(p50["calico, agent running"+mode+op]) / ref
-			direct := float64(p50["calico, no agent"+mode+op]) / ref
-			alone := float64(p50["same, plugin built alone"+mode+op]) / ref
-			fmt.Printf("p50 %s %s: calico / ptp+host-local = %.2fx with the agent running, %.2fx without (plugin built alone: %.2fx)\n", mode, op, ratio, direct, alone)
-			b.ReportMetric(ratio, mode+"-"+op+"-p50-ratio")
+			agent := ratio(p50, "calico, agent running", "ptp+host-local", mode, op)
+			agent99 := ratio(p99, "calico, agent running", "ptp+host-local", mode, op)
+			direct := ratio(p50, "calico, no agent", "ptp+host-local, no agent", mode, op)
+			direct99 := ratio(p99, "calico, no agent", "ptp+host-local, no agent", mode, op)
+			alone := ratio(p50, "same, plugin built alone", "ptp+host-local, no agent", mode, op)
+			fmt.Printf("%s %s: calico / ptp+host-local = %.2fx p50 (p99 %.2fx) with the agent running, %.2fx (p99 %.2fx) without (plugin built alone: %.2fx)\n",
+				mode, op, agent, agent99, direct, direct99, alone)
+			b.ReportMetric(agent, mode+"-"+op+"-p50-ratio")
 			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
 			if withKDD {
-				kdd := float64(p50["calico KDD, agent running"+mode+op]) / ref
-				kdd99 := float64(p99["calico KDD, agent running"+mode+op]) / float64(p99["ptp+host-local"+mode+op])
-				fmt.Printf("    on the Kubernetes datastore, agent running: %.2fx (p99 %.2fx)\n", kdd, kdd99)
+				kdd := ratio(p50, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
+				kdd99 := ratio(p99, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
+				fmt.Printf("    on the Kubernetes datastore, CNI server: %.2fx (p99 %.2fx)\n", kdd, kdd99)
 				b.ReportMetric(kdd, mode+"-"+op+"-p50-ratio-kdd")
 			}
 		}
 	}
+	fmt.Print(breakdown.String())
 	os.Setenv(cnientry.SocketEnv, "none")
 	fmt.Printf("process start (VERSION, p50): calico-node %.1f ms, plugin built alone %.1f ms, ptp %.1f ms\n",
 		ms(calicoFloor), ms(floor(filepath.Join(leanDir, "calico"))), ms(ptpFloor))
@@ -268,6 +346,15 @@ func runtimeID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// envInt is the variable's value, or def when it is unset or not a
+// number.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
 func pct(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -279,3 +366,91 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchAgent is `calico-node run` on the benchmark's node.
+type benchAgent struct {
+	proc      *proctest.Proc
+	socket    string // its CNI socket
+	statusDir string // its endpoint status directory
+	metrics   string // its /metrics URL
+}
+
+// startAgent runs `calico-node run` as the DaemonSet runs it (iptables
+// dataplane, BGP) in this process's network namespace (the node's),
+// against e's etcd, with a run directory of its own (CNI socket, status
+// sockets, endpoint status files), and waits until it is ready and
+// serves CNI.
+func startAgent(b *testing.B, e *env) *benchAgent {
+	b.Helper()
+	run, err := os.MkdirTemp("", "cnibench") // short: unix socket paths are limited
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(run) })
+	health := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(b))
+	a := &benchAgent{socket: filepath.Join(run, "cni.sock"), statusDir: filepath.Join(run, epstatus.DirName),
+		metrics: "http://" + health + "/metrics"}
+	cmd := exec.Command(filepath.Join(e.binDir, "calico-node"), "run",
+		"--etcd-endpoints="+strings.Join(e.etcd.Endpoints, ","),
+		"--nodename="+e.node, "--ip="+nodeIPv4+"/24", "--no-default-pools",
+		"--data-dir="+b.TempDir(), "--health-addr="+health,
+		"--cni-socket="+a.socket, "--status-socket="+filepath.Join(run, "status.sock"),
+		"--bgp-status-socket="+filepath.Join(run, "bgp.sock"), "--log-level=warning")
+	cmd.Env = append(proctest.EnvWithout("CALICO_", "FELIX_", "ETCD_", "DATASTORE_TYPE=", "KUBECONFIG=", "NODENAME="),
+		"FELIX_ENDPOINTSTATUSPATHPREFIX="+run, "CALICO_NETWORKING_BACKEND=bird", "CALICO_DATAPLANE=iptables",
+		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT")
+	a.proc = proctest.Start(b, "calico-node", cmd)
+	a.proc.WaitHTTP(b, 60*time.Second, "http://"+health+"/readiness")
+	a.proc.WaitFor(b, 30*time.Second, "CNI socket", func() bool {
+		c, err := net.Dial("unix", a.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return a
+}
+
+func (a *benchAgent) stop(b *testing.B) {
+	b.Helper()
+	if err := a.proc.Stop(20 * time.Second); err != nil {
+		b.Errorf("agent exit: %v", err)
+	}
+}
+
+// metrics is one scrape of the agent's /metrics: sample line → value.
+type metrics map[string]float64
+
+func (a *benchAgent) scrape(b *testing.B) metrics {
+	b.Helper()
+	resp, err := http.Get(a.metrics)
+	if err != nil {
+		b.Fatalf("agent metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("agent metrics: %v", err)
+	}
+	m := metrics{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				m[line[:i]] = v
+			}
+		}
+	}
+	return m
+}
+
+func (m metrics) delta(since metrics, sample string) float64 { return m[sample] - since[sample] }
+
+// mean is a histogram's mean since the earlier scrape; sample has %s
+// where "sum" or "count" goes.
+func (m metrics) mean(since metrics, sample string) time.Duration {
+	n := m.delta(since, fmt.Sprintf(sample, "count"))
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(m.delta(since, fmt.Sprintf(sample, "sum")) / n * float64(time.Second))
+}

@@ -294,6 +294,21 @@ func (p *pod) dropPath(t testing.TB) {
 	}
 }
 
+// addThenDropNetNS adds a plain-CNI pod with conf, then removes its
+// namespace's path as a runtime tearing the sandbox down does (dropPath);
+// it returns the pod and its host veth, which is still there.
+func (e *env) addThenDropNetNS(conf []byte) (*pod, string) {
+	e.t.Helper()
+	p := newPod(e.t)
+	e.mustAdd(conf, p)
+	p.dropPath(e.t)
+	veth := "cali" + p.rt.ContainerID
+	if _, err := netlink.LinkByName(veth); err != nil {
+		e.t.Fatalf("host veth %s gone before DEL: %v", veth, err)
+	}
+	return p, veth
+}
+
 // add runs ADD through libcni as a runtime does.
 func (e *env) add(conf []byte, p *pod) (*types100.Result, error) {
 	e.t.Helper()

@@ -121,13 +121,7 @@ func TestDelIsIdempotent(t *testing.T) {
 	// DEL must not wait for the kernel.
 	t.Run("netns already gone", func(t *testing.T) {
 		e := e.in(t)
-		p := newPod(t)
-		e.mustAdd(conf, p)
-		p.dropPath(t)
-		veth := "cali" + p.rt.ContainerID
-		if _, err := netlink.LinkByName(veth); err != nil {
-			t.Fatalf("host veth %s gone before DEL: %v", veth, err)
-		}
+		p, veth := e.addThenDropNetNS(conf)
 		e.mustDel(conf, p)
 		e.assertNothingLeft("k8s-pod-network", p, veth)
 		e.mustDel(conf, p) // and again: idempotent

@@ -68,6 +68,55 @@ type Server struct {
 	// Served and Declined count requests (tests; metrics below).
 	Served, Declined atomic.Int64
 	metrics          *prometheus.CounterVec
+
+	// declineLog rate-limits the info line per decline reason: a
+	// misconfigured node declines every command.
+	declineLog declineLog
+}
+
+// Why the agent declines a command: the reason label of
+// calico_cni_server_requests_total (docs/metrics.md), a bounded set.
+const (
+	declineRequest   = "bad_request"       // unreadable request, or another protocol version
+	declineHostNS    = "other_netns"       // the plugin runs in another network namespace than the agent
+	declineCommand   = "command"           // a command the agent does not serve (GC, STATUS, ...)
+	declineEnv       = "env"               // CNI_* variables missing: the plugin reports them as skel does
+	declineConfig    = "config"            // undecodable config or unsupported cniVersion: the plugin reports it
+	declineIPAM      = "ipam_delegated"    // IPAM by another plugin, which runs as the plugin's child
+	declineFile      = "file_unreadable"   // a file the config names that the agent cannot read
+	declineNetNSPath = "netns_not_visible" // CNI_NETNS names another namespace, or none, as the agent sees it
+)
+
+// decline is why the agent does not run a command: reason (a label
+// value above) and the detail the log shows.
+type decline struct{ reason, detail string }
+
+// declineLogEvery is how often each decline reason is logged at info.
+const declineLogEvery = time.Minute
+
+// declineLog remembers when each reason was last logged and how many
+// declines went unlogged since.
+type declineLog struct {
+	mu     sync.Mutex
+	last   map[string]time.Time
+	missed map[string]int
+}
+
+// note reports whether to log a decline for reason now, and how many
+// were not logged before it.
+func (l *declineLog) note(reason string, now time.Time) (log bool, missed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.missed = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := l.last[reason]; ok && now.Sub(t) < declineLogEvery {
+		l.missed[reason]++
+		return false, 0
+	}
+	missed = l.missed[reason]
+	l.last[reason], l.missed[reason] = now, 0
+	return true, missed
 }
 
 // NewServer serves on the unix socket at path (cnientry.DefaultSocket on
@@ -75,8 +124,8 @@ type Server struct {
 func NewServer(path string, reg prometheus.Registerer, logger *slog.Logger) *Server {
 	m := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "calico_cni_server_requests_total",
-		Help: "CNI commands plugin processes handed to the agent: run here (served) or left to the plugin (declined).",
-	}, []string{"result"})
+		Help: "CNI commands plugin processes handed to the agent: run here (served) or left to the plugin (declined, with the reason).",
+	}, []string{"result", "reason"})
 	if reg != nil {
 		reg.MustRegister(m)
 	}
@@ -159,19 +208,26 @@ func (s *Server) serve(conn *net.UnixConn) {
 		return
 	}
 	var resp cnientry.Response
+	var d *decline
 	switch {
 	case err != nil:
-		resp.Declined = err.Error()
+		d = &decline{declineRequest, err.Error()}
 	default:
-		resp = s.execute(req, nsFile)
+		resp, d = s.execute(req, nsFile)
 	}
-	if resp.Declined != "" {
+	if d != nil {
+		resp = cnientry.Response{Declined: d.detail}
 		s.Declined.Add(1)
-		s.metrics.WithLabelValues("declined").Inc()
-		s.log.Debug("declined a CNI command; the plugin runs it itself", "reason", resp.Declined)
+		s.metrics.WithLabelValues("declined", d.reason).Inc()
+		if log, missed := s.declineLog.note(d.reason, time.Now()); log {
+			s.log.Info("declined a CNI command; the plugin runs it itself", "reason", d.reason, "detail", d.detail,
+				"command", commandOf(req), "alsoDeclinedSinceLastLogged", missed)
+		} else {
+			s.log.Debug("declined a CNI command; the plugin runs it itself", "reason", d.reason, "detail", d.detail, "command", commandOf(req))
+		}
 	} else {
 		s.Served.Add(1)
-		s.metrics.WithLabelValues("served").Inc()
+		s.metrics.WithLabelValues("served", "").Inc()
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
@@ -228,21 +284,35 @@ func readRequest(conn *net.UnixConn) (*cnientry.Request, *os.File, error) {
 	return &req, nsFile, nil
 }
 
-// execute runs the request's command, or declines it.
-func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.Response) {
-	if req.Version != cnientry.ProtocolVersion {
-		return cnientry.Response{Declined: fmt.Sprintf("protocol version %d, the agent speaks %d", req.Version, cnientry.ProtocolVersion)}
+// commandOf names the request's plugin and command for the log.
+func commandOf(req *cnientry.Request) string {
+	if req == nil {
+		return ""
 	}
-	if req.HostNetNS != s.netns {
-		// The host end of the veth goes into the caller's namespace.
-		return cnientry.Response{Declined: "the plugin runs in another network namespace than the agent"}
-	}
+	return req.Plugin + " " + envOf(req)["CNI_COMMAND"]
+}
+
+// envOf is the request's environment as a map.
+func envOf(req *cnientry.Request) map[string]string {
 	env := map[string]string{}
 	for _, kv := range req.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			env[k] = v
 		}
 	}
+	return env
+}
+
+// execute runs the request's command, or says why it declines it.
+func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.Response, _ *decline) {
+	if req.Version != cnientry.ProtocolVersion {
+		return resp, &decline{declineRequest, fmt.Sprintf("protocol version %d, the agent speaks %d", req.Version, cnientry.ProtocolVersion)}
+	}
+	if req.HostNetNS != s.netns {
+		// The host end of the veth goes into the caller's namespace.
+		return resp, &decline{declineHostNS, "the plugin runs in another network namespace than the agent"}
+	}
+	env := envOf(req)
 	var fn func(*invocation, context.Context) error
 	command := env["CNI_COMMAND"]
 	switch req.Plugin + " " + command {
@@ -259,18 +329,19 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 	case IPAMPlugin + " CHECK":
 		fn = (*invocation).ipamCheck
 	default:
-		return cnientry.Response{Declined: fmt.Sprintf("%s %s is not served", req.Plugin, command)}
+		return resp, &decline{declineCommand, fmt.Sprintf("%s %s is not served", req.Plugin, command)}
 	}
-	if why := s.unservable(req, env, nsFile != nil); why != "" {
-		return cnientry.Response{Declined: why}
+	if d := s.unservable(req, env, nsFile != nil); d != nil {
+		return resp, d
 	}
-	if nsFile != nil && env["CNI_NETNS"] != "" && !sameNamespace(nsFile, env["CNI_NETNS"]) {
-		// The plugin checks at the end of ADD that the runtime's path
-		// still names the namespace it worked in. An agent in another
-		// mount namespace (a DaemonSet whose /var/run/netns lacks
-		// HostToContainer propagation) sees a stale or empty file there
-		// and cannot make that check as the plugin would.
-		return cnientry.Response{Declined: fmt.Sprintf("netns %s is another namespace, or none, as the agent sees it (the agent runs in another mount namespace than the runtime)", env["CNI_NETNS"])}
+	if nsFile != nil && env["CNI_NETNS"] != "" && command != "DEL" && !sameNamespace(nsFile, env["CNI_NETNS"]) {
+		// The plugin checks at the end of ADD (and CHECK reports) that
+		// the runtime's path names the namespace it worked in. An agent
+		// in another mount namespace (a DaemonSet whose /var/run/netns
+		// lacks HostToContainer propagation) sees a stale or empty file
+		// there and cannot do the same. DEL needs no path: it works on
+		// the namespace the descriptor holds, as the plugin would.
+		return resp, &decline{declineNetNSPath, fmt.Sprintf("netns %s is another namespace, or none, as the agent sees it (the agent runs in another mount namespace than the runtime)", env["CNI_NETNS"])}
 	}
 	args := &skel.CmdArgs{
 		ContainerID: env["CNI_CONTAINERID"],
@@ -307,31 +378,31 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 	}()
 	if err := run(h, req.Plugin, command, args, fn); err != nil {
 		stdout.Reset()
-		return cnientry.Response{ExitCode: 1, Stdout: errorJSON(err), Stderr: stderr.Bytes()}
+		return cnientry.Response{ExitCode: 1, Stdout: errorJSON(err), Stderr: stderr.Bytes()}, nil
 	}
-	return cnientry.Response{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	return cnientry.Response{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
 }
 
 // unservable says why the agent cannot run the command exactly as the
-// plugin process would, or "".
-func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS bool) string {
+// plugin process would, or nil.
+func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS bool) *decline {
 	for _, k := range []string{"CNI_CONTAINERID", "CNI_PATH"} {
 		if env[k] == "" {
-			return k + " is not set" // the plugin reports it as skel does
+			return &decline{declineEnv, k + " is not set"} // the plugin reports it as skel does
 		}
 	}
 	if env["CNI_COMMAND"] != "DEL" && (env["CNI_IFNAME"] == "" || !haveNS) {
-		return "CNI_IFNAME or CNI_NETNS missing"
+		return &decline{declineEnv, "CNI_IFNAME or CNI_NETNS missing"}
 	}
 	conf, err := parseConf(req.Stdin)
 	if err != nil {
-		return "config: " + err.Error() // the plugin reports it
+		return &decline{declineConfig, "config: " + err.Error()} // the plugin reports it
 	}
 	if !slices.Contains(SupportedVersions.SupportedVersions(), conf.CNIVersion) && conf.CNIVersion != "" {
-		return "cniVersion " + conf.CNIVersion
+		return &decline{declineConfig, "cniVersion " + conf.CNIVersion}
 	}
 	if req.Plugin == NetworkPlugin && conf.IPAMConf.Type != IPAMPlugin {
-		return "IPAM is delegated to " + conf.IPAMConf.Type
+		return &decline{declineIPAM, "IPAM is delegated to " + conf.IPAMConf.Type}
 	}
 	for _, f := range []string{conf.Kubernetes.Kubeconfig, conf.EtcdCACertFile, conf.EtcdCertFile, conf.EtcdKeyFile,
 		env["ETCD_CA_CERT_FILE"], env["ETCD_CERT_FILE"], env["ETCD_KEY_FILE"],
@@ -340,12 +411,12 @@ func (s *Server) unservable(req *cnientry.Request, env map[string]string, haveNS
 			continue
 		}
 		if fh, err := os.Open(f); err != nil {
-			return "the agent cannot read " + f
+			return &decline{declineFile, "the agent cannot read " + f}
 		} else {
 			fh.Close()
 		}
 	}
-	return ""
+	return nil
 }
 
 // sameNamespace reports whether path, as this process sees it, names the

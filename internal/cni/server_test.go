@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -42,13 +44,19 @@ func startServer(t testing.TB) *cni.Server {
 // simulated node).
 func startServerAt(t testing.TB) (*cni.Server, string) {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServerAt with the server's metrics in reg.
+func startServerWith(t testing.TB, reg prometheus.Registerer) (*cni.Server, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "cnisrv") // short: unix socket paths are limited
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "cni.sock")
-	srv := cni.NewServer(sock, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := cni.NewServer(sock, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -156,10 +164,13 @@ func TestAgentServesErrors(t *testing.T) {
 }
 
 // TestAgentDeclines: what the agent cannot run as the plugin process
-// would, the plugin runs itself, and the runtime sees no difference.
+// would, the plugin runs itself, and the runtime sees no difference; the
+// agent's metric counts each decline under its reason.
 func TestAgentDeclines(t *testing.T) {
 	e := newEnv(t)
-	srv := startServer(t)
+	reg := prometheus.NewRegistry()
+	srv, sock := startServerWith(t, reg)
+	t.Setenv(cnientry.SocketEnv, sock)
 	p := newPod(t)
 	conf := e.conf("1.0.0", map[string]any{"ipam": e.hostLocal("10.96.7.0/24")})
 	res := e.mustAdd(conf, p)
@@ -171,6 +182,66 @@ func TestAgentDeclines(t *testing.T) {
 		t.Errorf("served %d declined %d, want 0 and 2 (host-local runs under the plugin)", srv.Served.Load(), srv.Declined.Load())
 	}
 	e.assertNothingLeft("k8s-pod-network", p, "")
+	// A config naming a file the agent cannot read: whatever the plugin
+	// makes of it, the agent left it both commands.
+	p = newPod(t)
+	conf = e.conf("1.0.0", map[string]any{"kubernetes": map[string]any{"kubeconfig": filepath.Join(t.TempDir(), "no-such-kubeconfig")}})
+	e.add(conf, p)
+	e.del(conf, p)
+	want := map[string]float64{
+		`calico_cni_server_requests_total{reason="ipam_delegated",result="declined"}`:  2,
+		`calico_cni_server_requests_total{reason="file_unreadable",result="declined"}`: 2,
+	}
+	if got := counters(t, reg, "calico_cni_server_requests_total"); !maps.Equal(got, want) {
+		t.Errorf("metric samples %v, want %v", got, want)
+	}
+}
+
+// counters are the samples of the counter vector name in reg, as the
+// exposition format writes them.
+func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out[name+"{"+strings.Join(labels, ",")+"}"] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// TestAgentServesDELWithNetNSGone: a DEL after the runtime removed the
+// pod's namespace (as kubelet's pod deletion does) is served by the agent
+// and deletes everything: the addresses, the endpoint and the host veth,
+// which the namespace still held open by someone keeps alive.
+func TestAgentServesDELWithNetNSGone(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("gone", "10.93.128.0/24", 28)
+	reg := prometheus.NewRegistry()
+	srv, sock := startServerWith(t, reg)
+	t.Setenv(cnientry.SocketEnv, sock)
+	conf := e.conf("1.0.0", nil)
+	p, veth := e.addThenDropNetNS(conf)
+	e.mustDel(conf, p)
+	e.assertNothingLeft("k8s-pod-network", p, veth)
+	if srv.Served.Load() != 2 || srv.Declined.Load() != 0 {
+		t.Errorf("served %d declined %d, want the ADD and the DEL served", srv.Served.Load(), srv.Declined.Load())
+	}
+	want := map[string]float64{`calico_cni_server_requests_total{reason="",result="served"}`: 2}
+	if got := counters(t, reg, "calico_cni_server_requests_total"); !maps.Equal(got, want) {
+		t.Errorf("metric samples %v, want %v", got, want)
+	}
 }
 
 // TestPluginWithoutAgent: a socket nobody listens on (an agent that died)
@@ -344,8 +415,13 @@ func TestAgentInAnotherMountNamespace(t *testing.T) {
 	if n := strings.Count(log, "declined a CNI command"); n != 1 || !strings.Contains(log, unseen.ns.Path()) {
 		t.Errorf("agent declined %d commands, want only the ADD of %s:\n%s", n, unseen.ns.Path(), log)
 	}
+	// DEL works on the descriptor: the agent serves it whatever it sees
+	// at the path.
 	for _, p := range []*pod{seen, unseen} {
 		e.mustDel(conf, p)
 		e.assertNothingLeft("k8s-pod-network", p, "")
+	}
+	if n := strings.Count(agent.Log.String(), "declined a CNI command"); n != 1 {
+		t.Errorf("agent declined %d commands, want only the ADD of %s:\n%s", n, unseen.ns.Path(), agent.Log.String())
 	}
 }

@@ -2,10 +2,13 @@ package ctl_test
 
 import (
 	"encoding/json"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
@@ -121,6 +124,7 @@ func TestVersion(t *testing.T) {
 		if !strings.Contains(out, "Client Version:") || !strings.Contains(out, "Git commit:") || strings.Contains(out, "Cluster") {
 			t.Errorf("version --client:\n%s", out)
 		}
+		checkCommit(t, out)
 		if stderr := c.fails("version"); !strings.Contains(stderr, "unable to retrieve Cluster Version or Type") {
 			t.Errorf("version without ClusterInformation: %s", stderr)
 		}
@@ -133,4 +137,25 @@ func TestVersion(t *testing.T) {
 		out = c.ok("version")
 		texttest.Contains(t, "version", out, "Client Version:", "Git commit:", "Cluster Version:   v3.31.0\n", "Cluster Type:      k8s,bgp,kdd\n")
 	})
+}
+
+// checkCommit: "Git commit:" is followed by the commit the binary was
+// built from (the build stamps it with -ldflags, as the Makefile does): a
+// full hash, and one of this repository's commits where git can say.
+func checkCommit(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^Git commit:\s+(\S+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no Git commit line:\n%s", out)
+	}
+	commit := strings.TrimSuffix(m[1], "-dirty")
+	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(commit) {
+		t.Fatalf("Git commit %q is not a commit hash", m[1])
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return
+	}
+	if out, err := exec.Command("git", "-C", testbin.RepoRoot(), "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Errorf("Git commit %s is not a commit of this repository: %v %s", commit, err, out)
+	}
 }

@@ -38,7 +38,11 @@ func (b *builder) dataplane(ctx context.Context, a *actors) (*dataplane, error) 
 	dp := &dataplane{ready: agent.NewDatastoreReady(a.confwatch, b.log)}
 	dp.endpoints = agent.NewEndpoints(node, a.confwatch, a.routes, agent.ProcSysctl, agent.RouteRefreshInterval(felixEnv), b.log)
 	dp.endpoints.Gate = dp.ready
+	dp.endpoints.Env = felixEnv
 	a.felixConfig.AddRouteRefresher(dp.endpoints)
+	// The dataplane owns the routes to workload interfaces: other
+	// software's routes there go, as with Felix (removeExternalRoutes).
+	a.felixConfig.AddExternalRouteRemover(a.routes)
 	blocks := func(ctx context.Context) <-chan ipam.BlockSnapshot {
 		return ipam.WatchBlocks(ctx, a.watchKV, b.log)
 	}

@@ -196,7 +196,7 @@ func (p *planner) routes(cfg runConfig, objs map[confwatch.Key]api.Object, block
 		slices.SortFunc(weps, func(a, b *api.WorkloadEndpoint) int {
 			return strings.Compare(a.Spec.InterfaceName, b.Spec.InterfaceName)
 		})
-		t.Set(routes.SourceWorkloads, agent.WorkloadRoutes(weps, p.log))
+		t.Set(routes.SourceWorkloads, agent.WorkloadRoutes(weps, agent.DeviceRouteSourceFor(agent.FelixSpec(objs, p.node, felixEnv)), p.log))
 		t.Set(routes.SourceBlackhole, agent.BlackholeRoutes(p.node, blocks.Affinity))
 		d, err := overlay.Plan(overlay.Config{NodeName: p.node, FelixEnv: felixEnv, Logger: p.log}, kindObjs(objs, overlay.Kinds()), blocks, k)
 		if err != nil {

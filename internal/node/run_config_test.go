@@ -1,8 +1,14 @@
 package node
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +178,80 @@ func TestDataplaneNoneServesCNI(t *testing.T) {
 	if strings.Contains(n.ns.MustRun(t, "iptables-save"), ":cali-") {
 		t.Errorf("--dataplane=none programmed iptables")
 	}
+	// An IPAM ADD as the runtime sends it: the agent runs it (and counts
+	// it served) and answers with an address of the default pool.
+	served := func() float64 { return n.metric(t, 9099, `calico_cni_server_requests_total{result="served"}`) }
+	before := served()
+	p.WaitFor(t, 60*time.Second, "the node's registration", func() bool { return strings.Contains(p.Log.String(), "node registered") })
+	pod := netnstest.New(t, "ipampod")
+	out, err := n.cni(t, "calico-ipam", "ADD", "/var/run/netns/"+pod.Name, "ipam-none-1")
+	if err != nil {
+		t.Fatalf("calico-ipam ADD: %v\n%s\n%s", err, out, p.Log.Tail(40))
+	}
+	if !regexp.MustCompile(`"address":\s*"192\.168\.\d+\.\d+/\d+"`).MatchString(out) {
+		t.Errorf("calico-ipam ADD result has no address of the default pool:\n%s", out)
+	}
+	if now := served(); now != before+1 {
+		t.Errorf("served CNI requests %v after the ADD, want %v: the agent did not run it", now, before+1)
+	}
 	if err := p.Stop(15 * time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Log)
 	}
+}
+
+// cni runs the installed plugin as the runtime would, in the node's
+// namespace with the network config install-cni wrote (its first plugin)
+// on stdin: the plugin hands the command to the agent's socket.
+func (n *fullNode) cni(t *testing.T, plugin, command, netns, containerID string) (string, error) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(n.conf, "10-calico.conflist"))
+	if err != nil {
+		t.Fatalf("install-cni's config: %v", err)
+	}
+	var list struct {
+		Name       string           `json:"name"`
+		CNIVersion string           `json:"cniVersion"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil || len(list.Plugins) == 0 {
+		t.Fatalf("install-cni's config %s: %v", raw, err)
+	}
+	conf := list.Plugins[0]
+	conf["name"], conf["cniVersion"] = list.Name, list.CNIVersion
+	if conf["ipam"] == nil {
+		conf["ipam"] = map[string]string{"type": "calico-ipam"} // start's template leaves it out
+	}
+	conf["nodename"] = "cfgerr" // start's NODENAME; the plugin would read the host's nodename file
+	stdin, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := n.ns.Command(filepath.Join(n.bin, plugin))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID,
+		"CNI_NETNS=" + netns, "CNI_IFNAME=eth0", "CNI_PATH=" + n.bin, "CALICO_CNI_SOCKET=" + n.cniSocket}
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// metric reads one sample from the /metrics of a port on the node's
+// loopback (inside its namespace); 0 when absent.
+func (n *fullNode) metric(t *testing.T, port int, sample string) float64 {
+	t.Helper()
+	return proctest.Sample(t, n.scrape(t, port), sample)
+}
+
+// scrape returns the /metrics text of a port on the node's loopback.
+func (n *fullNode) scrape(t *testing.T, port int) string {
+	t.Helper()
+	resp, err := n.ns.HTTPClient().Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatalf("scrape port %d: %v", port, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape port %d: %d %v", port, resp.StatusCode, err)
+	}
+	return string(b)
 }

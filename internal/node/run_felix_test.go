@@ -13,6 +13,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 )
@@ -158,5 +159,81 @@ func TestFelixMetricsPortAndUnhonouredReport(t *testing.T) {
 	}
 	if err := a.stop(t); err != nil {
 		t.Errorf("stop: %v", err)
+	}
+}
+
+// TestFelixMetricsWithDataplane scrapes Felix's metrics port (9091, with
+// prometheusMetricsEnabled from the FELIX_* environment) of an agent with
+// the iptables dataplane in a namespace of its own, before and after a
+// pod is added and deleted through the CNI plugin: the felix_* values
+// follow what the agent did (one local endpoint while the pod exists;
+// iptables-restore calls and dataplane applies counted; its chains
+// gauged).
+func TestFelixMetricsWithDataplane(t *testing.T) {
+	n := newFullNode(t)
+	p := n.start(t, nil, []string{"FELIX_PROMETHEUSMETRICSENABLED=true"})
+	p.WaitFor(t, 60*time.Second, "the node's registration and the CNI socket", func() bool {
+		logs := p.Log.String()
+		return strings.Contains(logs, "node registered") && strings.Contains(logs, "serving CNI commands")
+	})
+	const felixPort = 9091
+	scrape := func() (string, bool) {
+		resp, err := n.ns.HTTPClient().Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", felixPort))
+		if err != nil {
+			return err.Error(), false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.StatusCode == http.StatusOK
+	}
+	metric := func(sample string) float64 { return n.metric(t, felixPort, sample) }
+	polltest.Until(t, 60*time.Second, "felix_* on port 9091 with the dataplane programmed", func() bool {
+		_, ok := scrape()
+		return ok && metric("felix_iptables_restore_calls") > 0
+	})
+	if got := metric("felix_active_local_endpoints"); got != 0 {
+		t.Errorf("felix_active_local_endpoints %v before any pod, want 0", got)
+	}
+	restores := metric("felix_iptables_restore_calls")
+	applies := metric("felix_int_dataplane_apply_time_seconds_count")
+
+	pod := netnstest.New(t, "felixpod")
+	if out, err := n.cni(t, "calico", "ADD", "/var/run/netns/"+pod.Name, "felix-metrics-1"); err != nil {
+		t.Fatalf("calico ADD: %v\n%s\n%s", err, out, p.Log.Tail(40))
+	}
+	polltest.Until(t, 30*time.Second, "one local endpoint counted", func() bool {
+		return metric("felix_active_local_endpoints") == 1
+	})
+	for sample, check := range map[string]func(float64) bool{
+		"felix_cluster_num_workload_endpoints":                        func(v float64) bool { return v == 1 },
+		"felix_iptables_restore_calls":                                func(v float64) bool { return v > restores },
+		"felix_int_dataplane_apply_time_seconds_count":                func(v float64) bool { return v > applies },
+		`felix_iptables_chains{ip_version="4",table="filter"}`:        func(v float64) bool { return v > 0 },
+		`felix_iptables_rules{ip_version="4",table="filter"}`:         func(v float64) bool { return v > 0 },
+		"felix_iptables_restore_errors":                               func(v float64) bool { return v == 0 },
+		"felix_cluster_num_hosts":                                     func(v float64) bool { return v == 1 },
+		`felix_int_dataplane_messages{type="WorkloadEndpointUpdate"}`: func(v float64) bool { return v >= 1 },
+	} {
+		if v := metric(sample); !check(v) {
+			t.Errorf("%s = %v after the pod's ADD", sample, v)
+		}
+	}
+	// The workload's chains are in the kernel, as the metrics say.
+	if save := n.ns.MustRun(t, "iptables-save", "-t", "filter"); !strings.Contains(save, ":cali-tw-") {
+		t.Errorf("no workload chain in the kernel after ADD:\n%s", save)
+	}
+
+	if out, err := n.cni(t, "calico", "DEL", "/var/run/netns/"+pod.Name, "felix-metrics-1"); err != nil {
+		t.Fatalf("calico DEL: %v\n%s", err, out)
+	}
+	polltest.Until(t, 30*time.Second, "no local endpoint after DEL", func() bool {
+		return metric("felix_active_local_endpoints") == 0 && metric("felix_cluster_num_workload_endpoints") == 0
+	})
+	if t.Failed() {
+		body, _ := scrape()
+		t.Logf("felix metrics:\n%s", body)
+	}
+	if err := p.Stop(15 * time.Second); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
 	}
 }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +13,13 @@ import (
 	"github.com/urfave/cli/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/errtest"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/polltest"
+	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
 )
 
@@ -128,11 +133,30 @@ func TestRunKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The controllers' metrics on KubeControllersConfiguration's port
+	// (9094 by default; a free one here, the machine is shared).
+	metricsPort := proctest.FreePort(t)
+	kcc := &api.KubeControllersConfiguration{Spec: api.KubeControllersConfigurationSpec{PrometheusMetricsPort: &metricsPort}}
+	kcc.Kind, kcc.APIVersion, kcc.Name = "KubeControllersConfiguration", api.GroupVersion, "default"
+	pre := connectStore(t, etcd.Endpoints)
+	if _, err := pre.Create(context.Background(), kcc); err != nil {
+		t.Fatal(err)
+	}
+	// A pool and an address of this node in it, for the gauges to count
+	// (start-up then makes no default pool).
+	pool := &api.IPPool{Spec: api.IPPoolSpec{CIDR: "10.70.0.0/24", BlockSize: 26}}
+	pool.Kind, pool.APIVersion, pool.Name = "IPPool", api.GroupVersion, "metrics-pool"
+	if _, err := pre.Create(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ipam.New(pre.IPAM(), pre, nil).AutoAssign(context.Background(), ipam.AutoAssignArgs{Num4: 1, HandleID: "metrics-pod", Node: "calico-1"}); err != nil {
+		t.Fatal(err)
+	}
 	a := startAgent(t, []string{"--data-dir", t.TempDir(), "--cni-conf-dir", conf, "--cni-bin-dir", bin, "--service-account-dir", sa},
 		"ETCD_ENDPOINTS="+strings.Join(etcd.Endpoints, ","),
 		"NODENAME=calico-1", "CALICO_K8S_NODE_REF=node-1", "IP=198.51.100.9/24",
 		"CALICO_NETWORKING_BACKEND=none",
-		"KUBECONFIG="+kube.Kubeconfig, "ENABLED_CONTROLLERS=namespace,serviceaccount",
+		"KUBECONFIG="+kube.Kubeconfig, "ENABLED_CONTROLLERS=namespace,serviceaccount,ipamgc",
 		"CALICO_CONTROLLERS_LEASE_NAMESPACE=default",
 		"CNI_NETWORK_CONFIG="+string(tmpl),
 		"KUBERNETES_SERVICE_HOST="+kube.Host, "KUBERNETES_SERVICE_PORT="+kube.Port,
@@ -170,6 +194,28 @@ func TestRunKubernetes(t *testing.T) {
 	}
 	if l, err := kube.Client.CoordinationV1().Leases("default").Get(ctx, "calico-kube-controllers", metav1.GetOptions{}); err != nil || *l.Spec.HolderIdentity != "calico-1" {
 		t.Errorf("lease: %v %v", l, err)
+	}
+	// The leader's IPAM gauges, as Calico kube-controllers serves them:
+	// the pool's size, this node's address and block in it.
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	polltest.Until(t, 30*time.Second, "ipam_* on the controllers' metrics port", func() bool {
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return proctest.Metric(t, metricsURL, `ipam_ippool_size{ippool="metrics-pool"}`) == 256
+	})
+	for sample, want := range map[string]float64{
+		`ipam_allocations_in_use{ippool="metrics-pool",node="calico-1"}`:   1,
+		`ipam_blocks{ippool="metrics-pool",node="calico-1"}`:               1,
+		`ipam_allocations_borrowed{ippool="metrics-pool",node="calico-1"}`: 0,
+		`ipam_allocations_per_node{node="calico-1"}`:                       1,
+		`ipam_blocks_per_node{node="calico-1"}`:                            1,
+	} {
+		if v := proctest.Metric(t, metricsURL, sample); v != want {
+			t.Errorf("%s = %v, want %v", sample, v, want)
+		}
 	}
 	if err := a.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, a.logs)

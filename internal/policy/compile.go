@@ -219,6 +219,7 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 		c.inputChain(), c.outputChain(), c.forwardChain(), c.workloadToHostChain(),
 		c.failsafeChain(chainFailsafeIn, true, false),
 		c.failsafeChain(chainFailsafeOut, false, false),
+		Chain{Name: chainCIDRBlock, Rules: c.cidrBlockRules()},
 	)
 
 	// Workload endpoints: "to" is the workload's ingress, "from" its egress.

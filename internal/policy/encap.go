@@ -48,6 +48,10 @@ const (
 type encap struct {
 	// vxlan and ipip say the family's rules are wanted.
 	vxlan, ipip bool
+	// hostsSet says all-hosts-net is wanted: for IP-in-IP, or for
+	// natOutgoingExclusions IPPoolsAndHostIPs (either family), as felix
+	// keeps the set for either.
+	hostsSet bool
 	// vxlanPeers and hosts are the members of all-vxlan-net and
 	// all-hosts-net.
 	vxlanPeers, hosts []string
@@ -80,7 +84,8 @@ func (m *model) encapFor(version int, cfg Config) encap {
 			e.ipip = *cfg.IPIPEnabled
 		}
 	}
-	if !e.vxlan && !e.ipip {
+	e.hostsSet = e.ipip || cfg.NATExcludeHosts
+	if !e.vxlan && !e.hostsSet {
 		return e
 	}
 	external := m.externalNodes(version, cfg.ExternalNodes)
@@ -102,7 +107,7 @@ func (m *model) encapFor(version int, cfg Config) encap {
 	if e.vxlan {
 		e.vxlanPeers = sortedKeys(vxlan)
 	}
-	if e.ipip {
+	if e.hostsSet {
 		e.hosts = sortedKeys(hosts)
 	}
 	return e
@@ -170,7 +175,7 @@ func (e encap) sets(version int) []IPSet {
 		out = append(out, IPSet{Name: setName(version, setIDAllVXLAN), ID: setIDAllVXLAN, Type: SetTypeNet,
 			Family: family, Members: slices.Clone(e.vxlanPeers)})
 	}
-	if e.ipip {
+	if e.hostsSet {
 		out = append(out, IPSet{Name: setName(version, setIDAllHosts), ID: setIDAllHosts, Type: SetTypeNet,
 			Family: family, Members: slices.Clone(e.hosts)})
 	}
@@ -187,7 +192,7 @@ func (c *famCompiler) encapInputRules() []Rule {
 	local := MatchAddrType{Dir: Dst, Type: AddrTypeLocal}
 	if c.encap.ipip {
 		rules = append(rules,
-			c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Src, Set: setName(c.version, setIDAllHosts)}, local}, Accept{},
+			c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Src, Set: setName(c.version, setIDAllHosts)}, local}, c.filterAllow(),
 				"Allow IPIP packets from Calico hosts"),
 			c.overlayRule(Match{MatchProtocol{Num: protoIPIP}}, c.deny(),
 				c.denyName()+" IPIP packets from non-Calico hosts"),
@@ -201,7 +206,7 @@ func (c *famCompiler) encapInputRules() []Rule {
 			drop, dropName = c.deny(), c.denyName()
 		}
 		rules = append(rules,
-			c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), MatchSet{Dir: Src, Set: setName(c.version, setIDAllVXLAN)}, local}, Accept{},
+			c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), MatchSet{Dir: Src, Set: setName(c.version, setIDAllVXLAN)}, local}, c.filterAllow(),
 				"Allow "+ip+" VXLAN packets from allowed hosts"),
 			c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local}, drop,
 				dropName+" "+ip+" VXLAN packets from non-allowed hosts"),
@@ -218,11 +223,11 @@ func (c *famCompiler) encapOutputRules() []Rule {
 	var rules []Rule
 	local := MatchAddrType{Dir: Src, Type: AddrTypeLocal}
 	if c.encap.ipip {
-		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllHosts)}, local}, Accept{},
+		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoIPIP}, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllHosts)}, local}, c.filterAllow(),
 			"Allow IPIP packets to other Calico hosts"))
 	}
 	if c.encap.vxlan {
-		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllVXLAN)}}, Accept{},
+		rules = append(rules, c.overlayRule(Match{MatchProtocol{Num: protoUDP}, c.vxlanPort(), local, MatchSet{Dir: Dst, Set: setName(c.version, setIDAllVXLAN)}}, c.filterAllow(),
 			fmt.Sprintf("Allow IPv%d VXLAN packets to other allowed hosts", c.version)))
 	}
 	return rules

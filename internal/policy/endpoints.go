@@ -127,7 +127,7 @@ func (c *famCompiler) endpointRules(spec *endpointChainSpec) []Rule {
 	if spec.kind != kindUntracked {
 		allow := spec.allow
 		if allow == nil {
-			allow = Accept{}
+			allow = c.filterAllow()
 		}
 		established := Match{MatchConntrack{States: "RELATED,ESTABLISHED"}}
 		est := o(Origin{Kind: OriginEstablished})

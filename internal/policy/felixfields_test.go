@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -135,6 +136,144 @@ func TestLogPrefixSpecifiers(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("log prefixes = %q, want %q\nproblems: %s", got, want, strings.Join(res.Problems, "; "))
+			}
+		})
+	}
+}
+
+// TestNATOutgoingExclusions: IPPoolsAndHostIPs also keeps traffic to the
+// cluster's hosts unmasqueraded, in both families, with the all-hosts-net
+// set of the nodes' addresses even without IP-in-IP (felix keeps the set
+// for either).
+func TestNATOutgoingExclusions(t *testing.T) {
+	for _, tc := range []struct {
+		excl string
+		want []string
+	}{
+		{"IPPoolsOnly", []string{"-A cali-nat-outgoing -m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40network-ip-pools dst --jump MASQUERADE"}},
+		{"IPPoolsAndHostIPs", []string{"-A cali-nat-outgoing -m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40network-ip-pools dst -m set ! --match-set cali40all-hosts-net dst --jump MASQUERADE"}},
+	} {
+		t.Run(tc.excl, func(t *testing.T) {
+			excl := api.NATOutgoingExclusionsType(tc.excl)
+			s := &policy.Snapshot{Node: node, IPPools: []api.IPPool{pool("p", "10.65.0.0/16", true), pool("p6", "fd00:65::/64", true)},
+				Nodes:  overlayNodes(),
+				Config: policy.ConfigFromFelix(&api.FelixConfigurationSpec{NATOutgoingExclusions: &excl})}
+			res := policy.Compile(s)
+			got := ruleActions(t, res.V4, policy.TableNAT, "cali-nat-outgoing")
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("cali-nat-outgoing:\n got %q\nwant %q", got, tc.want)
+			}
+			got6 := ruleActions(t, res.V6, policy.TableNAT, "cali-nat-outgoing")
+			if hosts := strings.Contains(strings.Join(got6, "\n"), "! --match-set cali60all-hosts-net dst"); hosts != (tc.excl == "IPPoolsAndHostIPs") {
+				t.Errorf("IPv6 cali-nat-outgoing excludes hosts: %v, want %v: %q", hosts, !hosts, got6)
+			}
+			for _, f := range []*policy.Family{res.V4, res.V6} {
+				var members []string
+				found := false
+				for _, set := range f.IPSets {
+					if set.ID == "all-hosts-net" {
+						found, members = true, set.Members
+					}
+				}
+				if found != (tc.excl == "IPPoolsAndHostIPs") {
+					t.Errorf("IPv%d all-hosts-net set present: %v", f.Version, found)
+				}
+				if found && len(members) == 0 {
+					t.Errorf("IPv%d all-hosts-net has no members", f.Version)
+				}
+			}
+		})
+	}
+}
+
+// TestServiceLoopPrevention: serviceLoopPrevention's three values, felix's
+// sorted order of the ranges, and no chain at all while BGP advertises no
+// service range.
+func TestServiceLoopPrevention(t *testing.T) {
+	cidrs := policy.ServiceCIDRs(&api.BGPConfigurationSpec{
+		ServiceLoadBalancerIPs: []api.ServiceLoadBalancerIPBlock{{CIDR: "203.0.113.0/24"}},
+		ServiceClusterIPs:      []api.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}},
+	})
+	for _, tc := range []struct {
+		name, value string
+		cidrs       []string
+		want        []string // nil: no cali-cidr-block
+	}{
+		{"unset drops", "", cidrs, []string{
+			"-A cali-cidr-block --destination 10.96.0.0/12 --jump DROP",
+			"-A cali-cidr-block --destination 203.0.113.0/24 --jump DROP",
+		}},
+		{"reject", "Reject", cidrs, []string{
+			"-A cali-cidr-block --destination 10.96.0.0/12 --jump REJECT",
+			"-A cali-cidr-block --destination 203.0.113.0/24 --jump REJECT",
+		}},
+		{"disabled", "Disabled", cidrs, nil},
+		{"nothing advertised", "Drop", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &policy.Snapshot{Node: node,
+				Config: policy.ConfigFromFelix(&api.FelixConfigurationSpec{IPv6Support: ptr(false), ServiceLoopPrevention: tc.value})}
+			s.Config.ServiceCIDRs = tc.cidrs
+			f := policy.Compile(s).V4
+			fwd := strings.Join(ruleActions(t, f, policy.TableFilter, "cali-FORWARD"), "\n")
+			if jumps := strings.Contains(fwd, "--jump cali-cidr-block"); jumps != (tc.want != nil) {
+				t.Fatalf("cali-FORWARD jumps to cali-cidr-block: %v, want %v", jumps, tc.want != nil)
+			}
+			if tc.want == nil {
+				return
+			}
+			if got := ruleActions(t, f, policy.TableFilter, "cali-cidr-block"); !slices.Equal(got, tc.want) {
+				t.Errorf("cali-cidr-block:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestInterfaceExclude: a host endpoint given by expectedIPs is never
+// resolved to an excluded interface (Felix's default: kube-ipvs0, which
+// holds every Service's address, the host's too); entries are names or
+// /regular expressions/; a host endpoint naming an excluded interface gets
+// no chains, and says so.
+func TestInterfaceExclude(t *testing.T) {
+	hostIP := netip.MustParseAddr("10.0.0.10")
+	ifaces := map[string][]netip.Addr{"eth0": {hostIP}, "kube-ipvs0": {hostIP}, "ens5": {hostIP}}
+	for _, tc := range []struct {
+		name, exclude string
+		named         string // the second endpoint's interfaceName
+		want          []string
+		problem       bool
+	}{
+		{"default", "", "", []string{"ens5", "eth0"}, false},
+		{"names and expressions", "kube-ipvs0,/^e(th|ns)[0-9]$/", "", nil, false},
+		{"only a name: kube-ipvs0 no more excluded", "ens5", "", []string{"eth0", "kube-ipvs0"}, false},
+		{"named excluded interface", "", "kube-ipvs0", []string{"ens5", "eth0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &policy.Snapshot{Node: node, HostInterfaces: ifaces,
+				HostEndpoints: []api.HostEndpoint{hep("by-ip", "", nil, []string{"10.0.0.10"}, "projectcalico-default-allow")},
+				Config:        policy.ConfigFromFelix(&api.FelixConfigurationSpec{IPv6Support: ptr(false), InterfaceExclude: tc.exclude})}
+			if tc.named != "" {
+				s.HostEndpoints = append(s.HostEndpoints, hep("named", tc.named, nil, nil, "projectcalico-default-allow"))
+			}
+			res := policy.Compile(s)
+			var got []string
+			for _, tb := range res.V4.Tables() {
+				if tb.Name != policy.TableFilter {
+					continue
+				}
+				for _, c := range tb.Chains {
+					if iface, ok := strings.CutPrefix(c.Name, "cali-fh-"); ok {
+						got = append(got, iface)
+					}
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("host endpoint chains on %q, want %q", got, tc.want)
+			}
+			problem := slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "excluded by interfaceExclude") })
+			if problem != tc.problem {
+				t.Errorf("problem reported: %v, want %v (%q)", problem, tc.problem, res.Problems)
 			}
 		})
 	}

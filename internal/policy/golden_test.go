@@ -390,6 +390,31 @@ func goldenCases() []goldenCase {
 			s.IPPools = []api.IPPool{overlayPool("v4", "10.65.0.0/16", api.VXLANModeNever, api.IPIPModeCrossSubnet)}
 			s.Nodes = overlayNodes()
 		}},
+		{"service-loop-prevention", func(s *policy.Snapshot) {
+			// BGP advertises service ranges of both families; felix's
+			// default (serviceLoopPrevention unset: Drop) drops routed
+			// traffic still addressed to them after policy, each family
+			// its own ranges.
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{})
+			s.Config.ServiceCIDRs = policy.ServiceCIDRs(&api.BGPConfigurationSpec{
+				ServiceClusterIPs:      []api.ServiceClusterIPBlock{{CIDR: "10.96.0.0/12"}, {CIDR: "fd00:96::/108"}},
+				ServiceExternalIPs:     []api.ServiceExternalIPBlock{{CIDR: "198.51.100.0/24"}},
+				ServiceLoadBalancerIPs: []api.ServiceLoadBalancerIPBlock{{CIDR: "203.0.113.10/32"}},
+			})
+		}},
+		{"filter-allow-return", func(s *policy.Snapshot) {
+			// iptablesFilterAllowAction Return: every filter rule that
+			// would accept what policy allowed returns it to the built-in
+			// chain instead (the forward chain's established shortcut
+			// setting the accept bit first); failsafe ports, raw and
+			// mangle still accept.
+			s.Config = policy.ConfigFromFelix(&api.FelixConfigurationSpec{
+				IPv6Support: ptr(false), IptablesFilterAllowAction: "Return", DefaultEndpointToHostAction: "Accept",
+			})
+			s.IPPools = []api.IPPool{overlayPool("v4", "10.65.0.0/16", api.VXLANModeNever, api.IPIPModeAlways)}
+			s.Nodes = overlayNodes()
+			s.HostEndpoints = []api.HostEndpoint{hep("node1-eth0", "eth0", map[string]string{"host": "yes"}, nil, "projectcalico-default-allow")}
+		}},
 		{"nat-outgoing-address", func(s *policy.Snapshot) {
 			s.Config.NATOutgoingAddress = "192.0.2.1"
 			s.IPPools = []api.IPPool{pool("v4-nat", "10.65.0.0/16", true)}

@@ -15,17 +15,7 @@ import (
 // node. It needs root, unshare, ipset and iptables-restore; it is skipped
 // without them.
 func TestKernelAcceptsPayloads(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	for _, bin := range []string{"unshare", "ipset", "iptables-restore", "ip6tables-restore"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("needs %s", bin)
-		}
-	}
-	if err := exec.Command("unshare", "-n", "true").Run(); err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
+	needNetns(t, "ipset", "iptables-restore", "ip6tables-restore")
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := base()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -614,18 +615,24 @@ func (m *model) placeHosts(s *Snapshot, plabels profileLabels) {
 	slices.SortFunc(local, func(a, b *api.HostEndpoint) int { return strings.Compare(a.Name, b.Name) })
 	owner := map[string]*api.HostEndpoint{}
 	var wildcard *api.HostEndpoint
+	excluded := m.interfaceExcluder(s.Config.withDefaults().InterfaceExclude)
 	for _, h := range local {
 		switch name := h.Spec.InterfaceName; {
 		case name == "*":
 			if wildcard == nil {
 				wildcard = h
 			}
+		case name != "" && excluded(name):
+			m.problem("HostEndpoint %s: interface %s is excluded by interfaceExclude; the endpoint has no chains", h.Name, name)
 		case name != "":
 			if owner[name] == nil {
 				owner[name] = h
 			}
 		default:
 			for iface, addrs := range s.HostInterfaces {
+				if excluded(iface) {
+					continue
+				}
 				for _, want := range h.Spec.ExpectedIPs {
 					a, err := netip.ParseAddr(want)
 					if err == nil && slices.Contains(addrs, a) && owner[iface] == nil {
@@ -645,6 +652,29 @@ func (m *model) placeHosts(s *Snapshot, plabels profileLabels) {
 	slices.SortFunc(m.hosts, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
 	if wildcard != nil {
 		m.wildcardHost = mk(wildcard, allInterfaces)
+	}
+}
+
+// interfaceExcluder matches interfaceExclude's entries, Felix's way: a
+// name, or a regular expression between slashes. A bad expression is
+// reported and matches nothing.
+func (m *model) interfaceExcluder(entries []string) func(iface string) bool {
+	var names []string
+	var res []*regexp.Regexp
+	for _, e := range entries {
+		if len(e) > 2 && strings.HasPrefix(e, "/") && strings.HasSuffix(e, "/") {
+			re, err := regexp.Compile(e[1 : len(e)-1])
+			if err != nil {
+				m.problem("FelixConfiguration interfaceExclude: %q is not a regular expression: %v", e, err)
+				continue
+			}
+			res = append(res, re)
+			continue
+		}
+		names = append(names, e)
+	}
+	return func(iface string) bool {
+		return slices.Contains(names, iface) || slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(iface) })
 	}
 }
 

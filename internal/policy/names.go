@@ -25,6 +25,7 @@ const (
 	chainRPFSkip         = "cali-rpf-skip" // raw
 	chainNATPostrouting  = "cali-POSTROUTING"
 	chainNATOutgoing     = "cali-nat-outgoing"
+	chainCIDRBlock       = "cali-cidr-block"
 	pfxPolicyIn          = "cali-pi-"
 	pfxPolicyOut         = "cali-po-"
 	pfxProfileIn         = "cali-pri-"

@@ -111,6 +111,10 @@ const (
 	// OriginNATOutgoing masquerades (or SNATs) traffic from a natOutgoing
 	// pool leaving the pools.
 	OriginNATOutgoing
+	// OriginServiceLoop drops or rejects routed traffic to an advertised
+	// service range that was not DNAT-ed (serviceLoopPrevention; Detail
+	// the range).
+	OriginServiceLoop
 )
 
 var originNames = [...]string{
@@ -123,6 +127,7 @@ var originNames = [...]string{
 	OriginEndpointToHost: "endpoint-to-host", OriginUnknownInterface: "unknown-interface",
 	OriginSpoofed: "spoofed", OriginSpoofAllowed: "spoof-allowed", OriginHostToWorkload: "host-to-workload",
 	OriginOverlay: "overlay", OriginAccepted: "accepted", OriginNATOutgoing: "nat-outgoing",
+	OriginServiceLoop: "service-loop",
 }
 
 func (k OriginKind) String() string {

@@ -2,9 +2,7 @@ package policy_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,17 +21,7 @@ import (
 // VXLAN, and nothing else, to node2. Needs root, unshare, nsenter, bash,
 // ip, ipset and iptables.
 func TestKernelOverlayPackets(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	for _, bin := range []string{"unshare", "nsenter", "bash", "ip", "ipset", "iptables-restore", "iptables-save"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("needs %s", bin)
-		}
-	}
-	if err := exec.Command("unshare", "-n", "true").Run(); err != nil {
-		t.Skipf("cannot create a network namespace: %v", err)
-	}
+	needNetns(t, "nsenter", "bash", "ip", "ipset", "iptables-restore", "iptables-save")
 	s := denyAllHost(base())
 	s.Config.IPv6 = false
 	s.IPPools = []api.IPPool{overlayPool("v4", "10.65.0.0/16", api.VXLANModeAlways, api.IPIPModeNever)}
@@ -41,35 +29,9 @@ func TestKernelOverlayPackets(t *testing.T) {
 	if len(res.Problems) > 0 {
 		t.Fatalf("problems: %v", res.Problems)
 	}
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	script := "set -e\n" +
-		"ipset restore -f " + write("sets", policy.RenderIPSets(res.V4.IPSets, 0)) + "\n"
-	for _, tbl := range res.V4.Tables() {
-		script += "iptables-restore --noflush " + write(tbl.Name, policy.Render(tbl.Name, tbl.Chains, tbl.Hooks...)) + "\n"
-	}
-	// The peer is a namespace of its own, held by a sleeping process that
-	// the shell kills on its way out (and that ends by itself within a
-	// minute should the shell be killed first).
-	script += `
-ip link set lo up
-unshare -n sleep 60 & peer=$!
-trap 'kill $peer' EXIT
-sleep 0.2
-inpeer() { nsenter -t $peer -n "$@"; }
-ip link add eth0 type veth peer name eth0 netns $peer
-ip addr add 10.0.0.10/24 dev eth0
-ip link set eth0 up
-inpeer ip addr add 10.0.0.11/24 dev eth0
+	script := loadFamily(t, res.V4)
+	script += peerScript + `
 inpeer ip addr add 192.0.2.1/32 dev eth0
-inpeer ip link set lo up
-inpeer ip link set eth0 up
 sleep 1
 send() { bash -c "echo vxlan > /dev/udp/$1/$2" 2>/dev/null && echo "$3 sent" || echo "$3 refused"; }
 # node2 -> host, then the outsider -> host (the route picks the source).

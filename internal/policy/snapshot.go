@@ -113,6 +113,29 @@ type Config struct {
 	// the cni.projectcalico.org/allowedSourcePrefixes annotation), while
 	// this switch is the cluster operator's.
 	AllowSourceSpoofing bool
+	// FilterAllowAction (iptablesFilterAllowAction) is what the filter
+	// table does with traffic policy allowed: "ACCEPT" (the default) ends
+	// the built-in chain for it, "RETURN" hands it back to the built-in
+	// chain so that other software's later rules see it too.
+	FilterAllowAction string
+	// NATExcludeHosts (natOutgoingExclusions: IPPoolsAndHostIPs) keeps
+	// natOutgoing traffic to the cluster's hosts unmasqueraded, as traffic
+	// to the IP pools always is.
+	NATExcludeHosts bool
+	// ServiceLoopPrevention is what becomes of routed traffic to an
+	// advertised service range that kube-proxy did not DNAT (no such
+	// service): "DROP" (the default), "REJECT", or "DISABLED" to let it
+	// leave by the default route, from where BGP brings it back.
+	ServiceLoopPrevention string
+	// InterfaceExclude (interfaceExclude) are the interfaces host
+	// endpoints are never resolved to: names, or regular expressions
+	// between slashes ("/^kube/"). nil means Felix's default, kube-ipvs0
+	// (whose addresses are every Service's, not the host's).
+	InterfaceExclude []string
+	// ServiceCIDRs are the service ranges the default BGPConfiguration
+	// advertises (serviceClusterIPs, serviceExternalIPs,
+	// serviceLoadBalancerIPs): the ranges ServiceLoopPrevention guards.
+	ServiceCIDRs []string
 }
 
 // Calico's default failsafe ports (felix v3.31 config defaults).
@@ -212,6 +235,22 @@ func ConfigFromFelix(s *api.FelixConfigurationSpec) Config {
 	if s.WorkloadSourceSpoofing != "" {
 		c.AllowSourceSpoofing = s.WorkloadSourceSpoofing == "Any"
 	}
+	if s.IptablesFilterAllowAction != "" {
+		c.FilterAllowAction = strings.ToUpper(s.IptablesFilterAllowAction)
+	}
+	if s.NATOutgoingExclusions != nil {
+		c.NATExcludeHosts = *s.NATOutgoingExclusions == "IPPoolsAndHostIPs"
+	}
+	if s.InterfaceExclude != "" {
+		for _, e := range strings.Split(s.InterfaceExclude, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				c.InterfaceExclude = append(c.InterfaceExclude, e)
+			}
+		}
+	}
+	if s.ServiceLoopPrevention != "" {
+		c.ServiceLoopPrevention = strings.ToUpper(s.ServiceLoopPrevention)
+	}
 	return c
 }
 
@@ -227,6 +266,17 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MangleAllowAction != "RETURN" {
 		c.MangleAllowAction = "ACCEPT"
+	}
+	if c.InterfaceExclude == nil {
+		c.InterfaceExclude = []string{"kube-ipvs0"}
+	}
+	if c.FilterAllowAction != "RETURN" {
+		c.FilterAllowAction = "ACCEPT"
+	}
+	switch c.ServiceLoopPrevention {
+	case "REJECT", "DISABLED":
+	default:
+		c.ServiceLoopPrevention = "DROP"
 	}
 	if c.FailsafeInbound == nil {
 		c.FailsafeInbound = defaultFailsafeInbound

@@ -3,9 +3,9 @@ package policy
 import "github.com/projectcalico/calico-node/internal/model/api"
 
 // Add appends o to the slice of the snapshot that holds its kind and
-// reports whether it did: resources the compiler does not read (BGP
-// configuration, FelixConfiguration, which goes in through Config) are
-// left out. The agent's cache and the benchmarks assemble snapshots
+// reports whether it did: resources the compiler does not read directly
+// (FelixConfiguration and the default BGPConfiguration's service ranges,
+// which go in through Config) are left out. The agent's cache and the benchmarks assemble snapshots
 // through it, so that both feed the compiler the same way.
 func (s *Snapshot) Add(o api.Object) bool {
 	switch o := o.(type) {

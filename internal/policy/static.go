@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,8 +12,17 @@ import (
 
 // The top-level filter and nat chains, as felix's static.go builds them
 // without the features this compiler leaves out (Wireguard host rules,
-// IPVS, service CIDR loop blocking). The raw and mangle chains are in
-// prerouting.go; the overlay's rules in encap.go.
+// IPVS). The raw and mangle chains are in prerouting.go; the overlay's
+// rules in encap.go.
+
+// filterAllow is what the filter table does with allowed traffic
+// (iptablesFilterAllowAction).
+func (c *famCompiler) filterAllow() Action {
+	if c.cfg.FilterAllowAction == "RETURN" {
+		return Return{}
+	}
+	return Accept{}
+}
 
 func (c *famCompiler) wildcards() []string {
 	out := make([]string, len(c.cfg.InterfacePrefixes))
@@ -34,10 +44,10 @@ func (c *famCompiler) inputChain() Chain {
 	}
 	accepted := c.orig.get(Origin{Kind: OriginAccepted})
 	rules = append(rules,
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: c.filterAllow(), Origin: accepted},
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Action: Jump{chainFromHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: c.filterAllow(), Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainInput, Rules: rules}
 }
@@ -50,14 +60,14 @@ func (c *famCompiler) workloadToHostChain() Chain {
 		// A workload must be able to do neighbour discovery and MLD with
 		// its router (the host) whatever its egress policy says.
 		for _, t := range []uint8{130, 131, 132, 133, 135, 136} {
-			rules = append(rules, Rule{Match: Match{MatchProtocol{Num: 58}, MatchICMP{V6: true, Type: t}}, Action: Accept{}})
+			rules = append(rules, Rule{Match: Match{MatchProtocol{Num: 58}, MatchICMP{V6: true, Type: t}}, Action: c.filterAllow()})
 		}
 	}
 	rules = append(rules, Rule{Action: Jump{chainFromWLDispatch}})
 	var final Action
 	switch c.cfg.EndpointToHostAction {
 	case "ACCEPT":
-		final = Accept{}
+		final = c.filterAllow()
 	case "RETURN":
 		final = Return{}
 	default:
@@ -75,7 +85,7 @@ func (c *famCompiler) workloadToHostChain() Chain {
 func (c *famCompiler) outputChain() Chain {
 	m := c.marks
 	accepted := c.orig.get(Origin{Kind: OriginAccepted})
-	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Origin: accepted}}
+	rules := []Rule{{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: c.filterAllow(), Origin: accepted}}
 	for _, w := range c.wildcards() {
 		rules = append(rules, Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Return{},
 			Origin: c.orig.get(Origin{Kind: OriginHostToWorkload, Detail: w})})
@@ -84,7 +94,7 @@ func (c *famCompiler) outputChain() Chain {
 	rules = append(rules,
 		Rule{Action: SetMark{Mark: 0, Mask: m.all()}},
 		Rule{Match: Match{MatchConntrack{Not: true, States: "DNAT"}}, Action: Jump{chainToHEPDispatch}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: c.filterAllow(), Comment: []string{"Host endpoint policy accepted packet."}, Origin: accepted},
 	)
 	return Chain{Name: chainOutput, Rules: rules}
 }
@@ -112,13 +122,18 @@ func (c *famCompiler) forwardChain() Chain {
 	// felix: a connection of an interface no endpoint names any more
 	// keeps flowing (felix's dispatch drops it as "Unknown interface");
 	// new connections of it are still dropped.
+	// With iptablesFilterAllowAction Return the accept bit goes with the
+	// packet, as the endpoint chains' established rules set it: mangle
+	// POSTROUTING then knows it was routed and leaves it alone.
+	allow := c.filterAllow()
 	for _, w := range c.wildcards() {
 		for _, out := range []bool{false, true} {
-			rules = append(rules, Rule{
-				Match:  Match{MatchIface{Out: out, Name: w}, MatchConntrack{States: "RELATED,ESTABLISHED"}},
-				Action: Accept{},
-				Origin: c.orig.get(Origin{Kind: OriginEstablished}),
-			})
+			match := Match{MatchIface{Out: out, Name: w}, MatchConntrack{States: "RELATED,ESTABLISHED"}}
+			est := c.orig.get(Origin{Kind: OriginEstablished})
+			if _, ok := allow.(Accept); !ok {
+				rules = append(rules, Rule{Match: match, Action: SetMark{Mark: m.accept, Mask: m.accept}, Origin: est})
+			}
+			rules = append(rules, Rule{Match: match, Action: allow, Origin: est})
 		}
 	}
 	rules = append(rules,
@@ -131,12 +146,66 @@ func (c *famCompiler) forwardChain() Chain {
 			Rule{Match: Match{MatchIface{Out: true, Name: w}}, Action: Jump{chainToWLDispatch}},
 		)
 	}
+	rules = append(rules, Rule{Action: Jump{chainToHEPForward}})
+	if c.cidrBlockRules() != nil {
+		rules = append(rules, Rule{Action: Jump{chainCIDRBlock}})
+	}
 	rules = append(rules,
-		Rule{Action: Jump{chainToHEPForward}},
-		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: Accept{}, Comment: []string{"Policy explicitly accepted packet."},
+		Rule{Match: Match{MatchMark{Mark: m.accept, Mask: m.accept}}, Action: allow, Comment: []string{"Policy explicitly accepted packet."},
 			Origin: c.orig.get(Origin{Kind: OriginAccepted})},
 	)
 	return Chain{Name: chainForward, Rules: rules}
+}
+
+// cidrBlockRules are felix's service loop prevention: when BGP
+// advertises service ranges, the network routes them to the nodes, and a
+// packet for an address of the ranges that no service has (kube-proxy did
+// not DNAT it) would follow this node's default route back out, to be
+// routed back here, until its TTL ran out. Routed traffic still addressed
+// to such a range after policy is dropped or rejected instead. Felix
+// always jumps to its (then empty) cali-cidr-block chain; we leave the
+// chain and the jump out when there is nothing to block, which changes no
+// packet's fate.
+func (c *famCompiler) cidrBlockRules() []Rule {
+	var action Action
+	switch c.cfg.ServiceLoopPrevention {
+	case "DISABLED":
+		return nil
+	case "REJECT":
+		action = Reject{}
+	default:
+		action = Drop{}
+	}
+	var rules []Rule
+	for _, s := range slices.Sorted(slices.Values(c.cfg.ServiceCIDRs)) { // felix's order
+		p, err := parsePrefix(s)
+		if err != nil || p.Addr().Is6() != (c.version == 6) {
+			continue // validation refuses bad ranges; the other family's are its own
+		}
+		rules = append(rules, Rule{Match: Match{MatchNet{Dir: Dst, Net: p}}, Action: action,
+			Origin: c.orig.get(Origin{Kind: OriginServiceLoop, Detail: p.String()})})
+	}
+	return rules
+}
+
+// ServiceCIDRs are the service ranges a BGPConfiguration advertises, in
+// the order felix gathers them: cluster IPs, external IPs, load balancer
+// IPs. Only the "default" BGPConfiguration's count, as in felix.
+func ServiceCIDRs(spec *api.BGPConfigurationSpec) []string {
+	if spec == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range spec.ServiceClusterIPs {
+		out = append(out, b.CIDR)
+	}
+	for _, b := range spec.ServiceExternalIPs {
+		out = append(out, b.CIDR)
+	}
+	for _, b := range spec.ServiceLoadBalancerIPs {
+		out = append(out, b.CIDR)
+	}
+	return out
 }
 
 // failsafeChain accepts the failsafe ports: inbound to the host's ports,
@@ -206,6 +275,9 @@ func (c *famCompiler) natChains(active bool) []Chain {
 			m := Match{
 				MatchSet{Dir: Src, Set: setName(c.version, setIDMasqPools)},
 				MatchSet{Not: true, Dir: Dst, Set: setName(c.version, setIDAllPools)},
+			}
+			if c.cfg.NATExcludeHosts {
+				m = append(m, MatchSet{Not: true, Dir: Dst, Set: setName(c.version, setIDAllHosts)})
 			}
 			if proto != "" {
 				m = append(m, MatchProtocol{Name: proto})

@@ -19,6 +19,8 @@
 // and half-closes the socket; the pod's network namespace, when
 // CNI_NETNS names one, travels as a file descriptor (SCM_RIGHTS) with the
 // first bytes, so the agent needs no view of the runtime's netns mounts.
+// A DEL whose namespace is already gone travels without one (NetNSFD
+// false): the agent then deletes as for a namespace gone.
 // The agent first writes one byte, Taken, once it has read the whole
 // request, then a JSON Response, and closes: either Declined (the plugin
 // then carries on in-process, as if no agent ran) or the exit code and the
@@ -26,9 +28,9 @@
 //
 // Fallback: no socket, nobody listening, a refused or failed send, a
 // connection lost before Taken (an agent stopping with the request still
-// queued), or a Declined answer: init returns and main runs the plugin in
-// this process (package cni), so CNI works while the agent is down or
-// restarting. After Taken the agent may have started the work: a lost
+// queued), or a Declined answer: init returns and package cnimain's init
+// runs the plugin in this process (package cni), so CNI works while the
+// agent is down or restarting. After Taken the agent may have started the work: a lost
 // answer is then an error the runtime retries (code 11), except for DEL,
 // which is idempotent and simply runs again here.
 package cnientry
@@ -155,11 +157,20 @@ func forward(plugin string) (code int, ok bool) {
 	req := Request{Version: ProtocolVersion, Plugin: plugin, Env: os.Environ(), Stdin: stdin, HostNetNS: NetNSID()}
 	nsFD := -1
 	if p := os.Getenv("CNI_NETNS"); p != "" {
-		if nsFD, err = syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
+		nsFD, err = syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		switch {
+		case err == nil:
+			defer syscall.Close(nsFD)
+			req.NetNSFD = true
+		case err == syscall.ENOENT && os.Getenv("CNI_COMMAND") == "DEL":
+			// The runtime removed the namespace before the DEL (a pod
+			// being deleted, a DEL retried): the agent still releases
+			// the addresses, deletes the endpoint and removes the host
+			// veth by name, as the plugin would with no namespace.
+			nsFD = -1
+		default:
 			return 0, false // a missing netns is the plugin's error to report
 		}
-		defer syscall.Close(nsFD)
-		req.NetNSFD = true
 	}
 	msg, err := json.Marshal(req)
 	if err != nil {

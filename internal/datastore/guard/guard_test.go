@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,6 +159,41 @@ func TestGuard(t *testing.T) {
 			}
 			got, err := g.Get(ctx, "IPPool", "", "fixed")
 			if err != nil || got.(*api.IPPool).Spec.CIDR != "10.40.0.0/16" || !got.(*api.IPPool).Spec.NATOutgoing {
+				t.Errorf("after updates: %+v %v", got, err)
+			}
+		})
+
+		t.Run("load balancer pool stays one", func(t *testing.T) {
+			// A LoadBalancer pool's addresses are Services'; letting it
+			// also hand out Workload or Tunnel addresses would give one
+			// address two owners.
+			lb := newPool("lb", "10.45.0.0/24", 0)
+			lb.Spec.AllowedUses = []api.IPPoolAllowedUse{api.IPPoolAllowedUseLoadBalancer}
+			if _, err := g.Create(ctx, lb); err != nil {
+				t.Fatal(err)
+			}
+			for _, uses := range [][]api.IPPoolAllowedUse{
+				{api.IPPoolAllowedUseWorkload},
+				{api.IPPoolAllowedUseTunnel},
+				{api.IPPoolAllowedUseWorkload, api.IPPoolAllowedUseTunnel},
+			} {
+				for _, write := range []func(context.Context, api.Object) (api.Object, error){g.Update, g.Apply} {
+					p := newPool("lb", "10.45.0.0/24", 0)
+					p.Spec.AllowedUses = uses
+					_, err := write(ctx, p)
+					if err == nil || !strings.Contains(err.Error(), "a LoadBalancer pool cannot become a Workload or Tunnel pool") {
+						t.Errorf("allowedUses %v: err = %v, want the LoadBalancer refusal", uses, err)
+					}
+				}
+			}
+			// Other fields still change.
+			p := newPool("lb", "10.45.0.0/24", 0)
+			p.Spec.AllowedUses, p.Spec.Disabled = []api.IPPoolAllowedUse{api.IPPoolAllowedUseLoadBalancer}, true
+			if _, err := g.Update(ctx, p); err != nil {
+				t.Errorf("update of a LoadBalancer pool keeping its use: %v", err)
+			}
+			got, err := g.Get(ctx, "IPPool", "", "lb")
+			if err != nil || !slices.Equal(got.(*api.IPPool).Spec.AllowedUses, []api.IPPoolAllowedUse{api.IPPoolAllowedUseLoadBalancer}) {
 				t.Errorf("after updates: %+v %v", got, err)
 			}
 		})

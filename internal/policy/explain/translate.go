@@ -228,6 +228,7 @@ var nodeSteps = map[policy.OriginKind]struct{ text, verdict string }{
 	policy.OriginHostToWorkload:   {"the host's traffic to its own workloads is not policed", Allow},
 	policy.OriginAccepted:         {"accepted: policy allowed the packet", Allow},
 	policy.OriginNATOutgoing:      {"leaves a natOutgoing pool for outside the pools: source NAT", ""},
+	policy.OriginServiceLoop:      {"to the advertised service range %s without a service (not DNAT-ed): stopped (serviceLoopPrevention)", Deny},
 }
 
 // noPolicy reports whether the open section met no policy at all.

@@ -271,7 +271,7 @@ func FreePort(t testing.TB) int {
 }
 
 // Metric reads one sample line of a Prometheus text endpoint, e.g.
-// `calico_cni_server_requests_total{result="served"}`; 0 when absent.
+// `calico_cni_server_requests_total{reason="",result="served"}`; 0 when absent.
 func Metric(t testing.TB, url, sample string) float64 {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -283,7 +283,14 @@ func Metric(t testing.TB, url, sample string) float64 {
 	if err != nil {
 		t.Fatalf("metrics %s: %v", url, err)
 	}
-	for _, line := range strings.Split(string(body), "\n") {
+	return Sample(t, string(body), sample)
+}
+
+// Sample reads one sample line of a Prometheus text exposition (see
+// Metric); 0 when absent.
+func Sample(t testing.TB, body, sample string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -78,7 +79,12 @@ func buildInto(prefix string) (string, error) {
 // build builds calico-node as `make build` does, with the CNI plugins
 // install-cni chains after it (portmap, bandwidth) beside it.
 func build(out string) ([]byte, error) {
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", "urfave_cli_no_docs", "-o", out, ".")
+	args := []string{"build", "-trimpath", "-tags", "urfave_cli_no_docs"}
+	// The commit, as the Makefile stamps it.
+	if rev, err := exec.Command("git", "-C", RepoRoot(), "rev-parse", "HEAD").Output(); err == nil {
+		args = append(args, "-ldflags", "-X github.com/projectcalico/calico-node/internal/buildinfo.Commit="+strings.TrimSpace(string(rev)))
+	}
+	cmd := exec.Command("go", append(args, "-o", out, ".")...)
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
