@@ -99,8 +99,10 @@ bench-cni: deps build
 
 # Policy dataplane: 1,000 local endpoints and 500 policies compiled and
 # programmed into a fresh namespace next to iptables-restore alone, and the
-# latency from mixed policy changes in etcd to the kernel, and RSS (root).
-# DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it.
+# latency from mixed policy changes in etcd to the kernel, and the real
+# `calico-node run`'s RSS idle and with them programmed (root).
+# DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE
+# profiles the changes; DATAPLANE_BENCH_AGENT_ENV sets the agent's env.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
 

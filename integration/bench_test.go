@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,9 +30,12 @@ import (
 // and 500 policies compiled, programmed into a fresh namespace, the same
 // payload given to iptables-restore alone, and the latency from a policy
 // change in etcd to the kernel (the issue's mix: a rule's port, a
-// selector, a pod's label, a new policy, a deleted one), and the process
-// RSS after it. DATAPLANE_BENCH_EPS,
-// DATAPLANE_BENCH_POLICIES and DATAPLANE_BENCH_CHANGES scale it.
+// selector, a pod's label, a new policy, a deleted one), and the memory
+// of a real `calico-node run` idle and with the same objects programmed.
+// DATAPLANE_BENCH_EPS, DATAPLANE_BENCH_POLICIES and
+// DATAPLANE_BENCH_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE writes a
+// CPU profile of the changes; DATAPLANE_BENCH_AGENT_ENV adds
+// variables to the agent's environment (e.g. "GOGC=100").
 func BenchmarkDataplane(b *testing.B) {
 	if os.Getenv(nodeNetNSEnv) == "" {
 		b.Skip("needs root: runs in private network namespaces")
@@ -108,8 +112,17 @@ func BenchmarkDataplane(b *testing.B) {
 		}
 		slices.Sort(alone)
 
+		// 5. The real agent's memory, in its own process.
+		var agentEnv []string
+		if v := os.Getenv("DATAPLANE_BENCH_AGENT_ENV"); v != "" {
+			agentEnv = strings.Fields(v)
+		}
+		mem := measureAgentMemory(b, objs, agentEnv...)
+
 		b.ReportMetric(float64(compile.Milliseconds()), "compile-ms")
-		b.ReportMetric(float64(rss>>20), "process-rss-MiB")
+		b.ReportMetric(mib(mem.idle.rss), "agent-idle-rss-MiB")
+		b.ReportMetric(mib(mem.loaded.rss), "agent-rss-MiB")
+		b.ReportMetric(mib(mem.loaded.hwm), "agent-hwm-MiB")
 		b.ReportMetric(float64(len(iptPayload)), "restore-bytes")
 		b.ReportMetric(float64(program.Milliseconds()), "first-program-ms")
 		b.ReportMetric(float64(restoreAlone.Milliseconds()), "restore-alone-ms")
@@ -122,7 +135,10 @@ func BenchmarkDataplane(b *testing.B) {
 			be.Mode, program.Round(time.Millisecond), ipsetAlone.Round(time.Millisecond), restoreAlone.Round(time.Millisecond), (ipsetAlone + restoreAlone).Round(time.Millisecond))
 		b.Logf("policy change in etcd -> rule in kernel, %d changes: p50 %s, p99 %s, max %s",
 			len(lat), lat[len(lat)/2].Round(time.Millisecond), lat[(len(lat)*99-1)/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
-		b.Logf("benchmark process RSS after the changes (agent's policy actor and programmer, confwatch, plus this harness's own copies of the objects and results): %d MiB", rss>>20)
+		b.Logf("benchmark process RSS after the changes (policy actor, programmer and confwatch in-process, plus this harness's own copies of the objects and results): %d MiB", rss>>20)
+		b.Logf("calico-node run (env %q): idle RSS %.1f MiB (anon %.1f, file %.1f; peak %.1f); with %d endpoints / %d policies programmed (%s after the first write) RSS %.1f MiB (anon %.1f, file %.1f; peak %.1f), Go heap in use %.1f MiB",
+			agentEnv, mib(mem.idle.rss), mib(mem.idle.anon), mib(mem.idle.file), mib(mem.idle.hwm), nEP, nPol, mem.programLoaded.Round(time.Millisecond),
+			mib(mem.loaded.rss), mib(mem.loaded.anon), mib(mem.loaded.file), mib(mem.loaded.hwm), mib(mem.loadedHeap))
 		b.Logf("the last change's payload (%d bytes) restored alone, 20 times: p50 %s", len(lastChange), alone[len(alone)/2].Round(time.Millisecond))
 	}
 }
@@ -162,6 +178,19 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 	case <-applied: // the snapshot, already in the kernel from step 2
 	case <-time.After(2 * time.Minute):
 		b.Fatal("policy actor did not program the snapshot")
+	}
+	if path := os.Getenv("DATAPLANE_BENCH_CPUPROFILE"); path != "" {
+		// The change path's CPU (this process: confwatch, the policy
+		// actor, the programmer; the kernel tools are other processes).
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var lat []time.Duration
 	origSel := target.Spec.Selector
@@ -248,7 +277,7 @@ func changeLatency(b *testing.B, r *recRunner, be xtables.Backend, objs []api.Ob
 			b.Fatalf("change %d: no rule for port %d in the kernel", i, port)
 		}
 	}
-	*rss = vmRSS(b)
+	*rss = procMemory(b, os.Getpid()).rss
 	slices.Sort(lat)
 	return lat
 }
@@ -271,25 +300,6 @@ func countKind(objs []api.Object, kind string) int {
 		}
 	}
 	return n
-}
-
-// vmRSS is this process's resident set size.
-func vmRSS(b *testing.B) int64 {
-	st, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, l := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS in /proc/self/status")
-	return 0
 }
 
 // notifyApplier reports the end of every successful Apply.

@@ -217,8 +217,8 @@ func TestFelixIptablesMetrics(t *testing.T) {
 	if got, want := val(m.FelixIPSets.WithLabelValues("inet")), float64(len(f.IPSets)); got != want || want == 0 {
 		t.Errorf("felix_ipsets_calico{ip_version=inet} = %v, want %v", got, want)
 	}
-	if got := val(m.FelixSaves); got != 8 {
-		t.Errorf("felix_iptables_save_calls = %v, want 8 (4 tables, read twice)", got)
+	if got := val(m.FelixSaves); got != 2 {
+		t.Errorf("felix_iptables_save_calls = %v, want 2 (every table in one save, read twice)", got)
 	}
 	if got := val(m.FelixIPSetCalls); got < 3 {
 		t.Errorf("felix_ipset_calls = %v, want the saves and the restore", got)

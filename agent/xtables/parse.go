@@ -20,6 +20,31 @@ type savedTable struct {
 
 var hashRE = regexp.MustCompile(`--comment "?` + regexp.QuoteMeta(policy.HashPrefix) + `([A-Za-z0-9_-]{16})"?`)
 
+// splitSave splits `iptables-save` output of every table into each
+// table's part, by name ("*filter" up to its COMMIT).
+func splitSave(out string) map[string]string {
+	tables := map[string]string{}
+	name, start := "", 0
+	for i := 0; i < len(out); {
+		end := strings.IndexByte(out[i:], '\n')
+		if end < 0 {
+			end = len(out)
+		} else {
+			end += i
+		}
+		line := out[i:end]
+		switch {
+		case strings.HasPrefix(line, "*"):
+			name, start = strings.TrimSpace(line[1:]), i
+		case line == "COMMIT" && name != "":
+			tables[name] += out[start:min(end+1, len(out))]
+			name = ""
+		}
+		i = end + 1
+	}
+	return tables
+}
+
 // parseSave reads `iptables-save -t TABLE` output.
 func parseSave(out string) savedTable {
 	t := savedTable{chains: map[string][]string{}, specs: map[string][]string{}}

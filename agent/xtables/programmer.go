@@ -157,14 +157,18 @@ func (p *Programmer) read(ctx context.Context, f *policy.Family) (*kernelState, 
 		return nil, err
 	}
 	k := &kernelState{tables: map[string]savedTable{}, sets: sets}
+	// One iptables-save of every table rather than one per table: each
+	// run costs a process start and (nft) a read of the whole ruleset
+	// anyway. A table it does not print does not exist yet: empty.
+	p.m.FelixSaves.Inc()
+	out, err := p.r.Run(ctx, p.b.Save, nil, "")
+	if err != nil {
+		p.m.FelixSaveErrors.Inc()
+		return nil, fmt.Errorf("read tables: %w", err)
+	}
+	saved := splitSave(out)
 	for _, t := range f.Tables() {
-		p.m.FelixSaves.Inc()
-		out, err := p.r.Run(ctx, p.b.Save, []string{"-t", t.Name}, "")
-		if err != nil {
-			p.m.FelixSaveErrors.Inc()
-			return nil, fmt.Errorf("read table %s: %w", t.Name, err)
-		}
-		k.tables[t.Name] = parseSave(out)
+		k.tables[t.Name] = parseSave(saved[t.Name])
 	}
 	return k, nil
 }
@@ -392,7 +396,7 @@ func diffTable(t *policy.Table, saved savedTable, hashes chainHashes, st *Stats)
 			continue
 		}
 		heads = append(heads, ":"+c.Name+" - [0:0]")
-		body = append(body, c.Lines()...)
+		body = append(body, c.LinesHashed(hashes[i])...)
 		st.ChainsWritten++
 	}
 	// Hooks, per built-in chain.

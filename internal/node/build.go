@@ -54,6 +54,7 @@ type actors struct {
 	cniServer    *cni.Server
 	installCNI   *cniinstall.Installer
 	controllers  *controllers.Controllers
+	memory       *memoryTrimmer // nil: --memory-trim-interval 0
 
 	nl *routetable.Netlink // the routes' and overlay's; closed by close
 }
@@ -95,6 +96,9 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 	}()
 	if err := b.controlPlane(a); err != nil {
 		return nil, err
+	}
+	if cfg.memoryTrim > 0 {
+		a.memory = newMemoryTrimmer(cfg.memoryTrim, logger)
 	}
 	if cfg.dataplane {
 		// Told by the policy actor, the route table and BGP what they

@@ -81,13 +81,17 @@ func Compile(s *Snapshot) *Result { return compile(s, nil, nil) }
 // selector matches in mc (nil: none kept).
 func compile(s *Snapshot, cc *chainCache, mc *matchCache) *Result {
 	cfg := s.Config.withDefaults()
-	m := buildModel(s, mc)
+	var ec *entityCache
+	if cc != nil {
+		ec = cc.ents
+	}
+	m := buildModel(s, mc, ec)
 	mk, ok := allocMarks(cfg.MarkMask)
 	if !ok {
 		m.problem("iptablesMarkMask %#x has fewer than 5 bits; using 0xffff0000", cfg.MarkMask)
 		mk, _ = allocMarks(0xffff0000)
 	}
-	rules := m.parseAllRules()
+	rules := m.parseAllRules(cc)
 	res := &Result{V4: compileFamily(4, cfg, mk, m, rules, cc)}
 	if cfg.IPv6 {
 		res.V6 = compileFamily(6, cfg, mk, m, rules, cc)
@@ -104,7 +108,10 @@ type parsedRules struct {
 	sets                  map[string]*setDef
 }
 
-func (m *model) parseAllRules() *parsedRules {
+// parseAllRules parses the rules of every policy and profile a local
+// endpoint uses; cc, if set, keeps each policy's parse across
+// compilations (see policyCache).
+func (m *model) parseAllRules(cc *chainCache) *parsedRules {
 	pr := &parsedRules{
 		policyIn: map[*policyInfo][]*parsedRule{}, policyOut: map[*policyInfo][]*parsedRule{},
 		profileIn: map[string][]*parsedRule{}, profileOut: map[string][]*parsedRule{},
@@ -151,8 +158,30 @@ func (m *model) parseAllRules() *parsedRules {
 			if p.namespace != "" {
 				kind = "NetworkPolicy "
 			}
-			pr.policyIn[p] = parse(kind+p.key+" ingress", p.inRules, p.namespace)
-			pr.policyOut[p] = parse(kind+p.key+" egress", p.outRules, p.namespace)
+			if cc == nil {
+				pr.policyIn[p] = parse(kind+p.key+" ingress", p.inRules, p.namespace)
+				pr.policyOut[p] = parse(kind+p.key+" egress", p.outRules, p.namespace)
+				continue
+			}
+			e := cc.policy(p)
+			if !e.parsed {
+				// Not parsed yet: what it adds to the problems and the
+				// sets is kept with it, to be added again on a hit.
+				from := len(m.problems)
+				e.parsed = true
+				e.in = parse(kind+p.key+" ingress", p.inRules, p.namespace)
+				e.out = parse(kind+p.key+" egress", p.outRules, p.namespace)
+				e.problems = slices.Clone(m.problems[from:])
+				e.sets = ruleSets(e.in, e.out)
+			} else {
+				m.problems = append(m.problems, e.problems...)
+				for _, d := range e.sets {
+					if _, ok := pr.sets[d.id]; !ok {
+						pr.sets[d.id] = d
+					}
+				}
+			}
+			pr.policyIn[p], pr.policyOut[p] = e.in, e.out
 		}
 	}
 	names := make([]string, 0, len(usedProf))
@@ -189,9 +218,30 @@ func compileFamily(version int, cfg Config, mk marks, m *model, pr *parsedRules,
 	for _, t := range []*Table{&f.Filter, &f.Raw, &f.Mangle} {
 		chains = append(chains, t.Chains...)
 	}
-	f.IPSets = append(m.ipSets(version, referencedSets(chains, pr.sets, version)), c.encap.sets(version)...)
+	f.IPSets = append(m.ipSetsCached(version, referencedSets(chains, pr.sets, version, cc)), c.encap.sets(version)...)
 	slices.SortFunc(f.IPSets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return f
+}
+
+// workloadDispatch is the dispatch chains from root to the workload
+// chains pfx+iface, unknown interfaces getting unknown (the filter
+// table's, a function of the configuration); with a cache, the same
+// chains for as long as the interfaces are the same.
+func (c *famCompiler) workloadDispatch(root, pfx string, ifaces []string, out bool, unknown []Rule) []Chain {
+	build := func() []Chain {
+		return dispatchChains(root, ifaces, out, func(i string) string { return endpointChain(pfx, i) }, unknown)
+	}
+	if c.cache == nil {
+		return build()
+	}
+	key := strconv.Itoa(c.version) + "\x00" + c.cfg.DenyAction + "\x00" + root + "\x00" + strings.Join(ifaces, "\x00")
+	if chains, ok := c.cache.dispatch[key]; ok {
+		c.cache.nextDispatch[key] = chains
+		return chains
+	}
+	chains := build()
+	c.cache.nextDispatch[key] = chains
+	return chains
 }
 
 // hooks are the jumps into our chains: pairs of built-in chain and ours.
@@ -234,10 +284,8 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 		)
 	}
 	unknown := []Rule{{Action: c.deny(), Comment: []string{"Unknown interface"}, Origin: c.orig.get(Origin{Kind: OriginUnknownInterface})}}
-	tb.chains = append(tb.chains, dispatchChains(chainFromWLDispatch, ifaces, false,
-		func(i string) string { return endpointChain(pfxFromWorkload, i) }, unknown)...)
-	tb.chains = append(tb.chains, dispatchChains(chainToWLDispatch, ifaces, true,
-		func(i string) string { return endpointChain(pfxToWorkload, i) }, unknown)...)
+	tb.chains = append(tb.chains, c.workloadDispatch(chainFromWLDispatch, pfxFromWorkload, ifaces, false, unknown)...)
+	tb.chains = append(tb.chains, c.workloadDispatch(chainToWLDispatch, pfxToWorkload, ifaces, true, unknown)...)
 
 	// Host endpoints: "from" is traffic into the host (ingress policy),
 	// "to" traffic out of it (egress policy); the forward chains police
@@ -297,7 +345,7 @@ func (c *famCompiler) filterTable(m *model, pr *parsedRules) Table {
 	}
 	return Table{
 		Name:   TableFilter,
-		Chains: reachable(tb.chains, []string{chainInput, chainForward, chainOutput}),
+		Chains: reachable(tb.chains, []string{chainInput, chainForward, chainOutput}, c.cache),
 		Hooks:  c.hooks("INPUT", chainInput, "FORWARD", chainForward, "OUTPUT", chainOutput),
 	}
 }
@@ -338,7 +386,7 @@ func (c *famCompiler) rawTable(m *model, pr *parsedRules) Table {
 	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
 	return Table{
 		Name:   TableRaw,
-		Chains: reachable(tb.chains, []string{chainPrerouting, chainOutput}),
+		Chains: reachable(tb.chains, []string{chainPrerouting, chainOutput}, c.cache),
 		Hooks:  c.hooks("PREROUTING", chainPrerouting, "OUTPUT", chainOutput),
 	}
 }
@@ -372,7 +420,7 @@ func (c *famCompiler) mangleTable(m *model, pr *parsedRules) Table {
 	tb.chains = append(tb.chains, c.policyChains(tb, pr)...)
 	return Table{
 		Name:   TableMangle,
-		Chains: reachable(tb.chains, roots),
+		Chains: reachable(tb.chains, roots, c.cache),
 		Hooks:  c.hooks(hooks...),
 	}
 }
@@ -468,8 +516,9 @@ func (c *famCompiler) natTable(m *model) Table {
 }
 
 // referencedSets returns the definitions of the selector and named port
-// sets the chains use.
-func referencedSets(chains []Chain, defs map[string]*setDef, version int) []*setDef {
+// sets the chains use; cc, if set, remembers each chain's sets by its
+// rules' identity.
+func referencedSets(chains []Chain, defs map[string]*setDef, version int, cc *chainCache) []*setDef {
 	byName := map[string]*setDef{}
 	for _, d := range defs {
 		byName[setName(version, d.id)] = d
@@ -477,16 +526,40 @@ func referencedSets(chains []Chain, defs map[string]*setDef, version int) []*set
 	seen := map[string]bool{}
 	var out []*setDef
 	for i := range chains {
-		for _, r := range chains[i].Rules {
-			for _, cr := range r.Match {
-				ms, ok := cr.(MatchSet)
-				if !ok || seen[ms.Set] {
-					continue
-				}
-				seen[ms.Set] = true
-				if d := byName[ms.Set]; d != nil {
-					out = append(out, d)
-				}
+		for _, set := range cc.chainSets(&chains[i]) {
+			if seen[set] {
+				continue
+			}
+			seen[set] = true
+			if d := byName[set]; d != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// jumpTargets are the chains the rules jump or go to, in order.
+func jumpTargets(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		switch a := r.Action.(type) {
+		case Jump:
+			out = append(out, a.Chain)
+		case Goto:
+			out = append(out, a.Chain)
+		}
+	}
+	return out
+}
+
+// matchedSets are the names of the IP sets the rules match on, in order.
+func matchedSets(rules []Rule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, cr := range r.Match {
+			if ms, ok := cr.(MatchSet); ok {
+				out = append(out, ms.Set)
 			}
 		}
 	}
@@ -500,43 +573,54 @@ func sortChains(chains []Chain) {
 // reachable returns the chains reachable from the roots, sorted by name.
 // felix only programs chains that something refers to; so do we (a policy
 // of types [Ingress] has no referenced egress chain, for example).
-func reachable(chains []Chain, roots []string) []Chain {
+// cc, if set, remembers each chain's jump targets by its rules' identity.
+func reachable(chains []Chain, roots []string, cc *chainCache) []Chain {
+	// Of chains with the same name, the walk follows the last one's
+	// jumps and the result keeps the first one.
 	byName := make(map[string]int, len(chains))
 	for i := range chains {
 		byName[chains[i].Name] = i
 	}
-	seen := map[string]bool{}
+	seen := make([]bool, len(chains))
+	n := 0
 	stack := slices.Clone(roots)
 	for len(stack) > 0 {
-		n := stack[len(stack)-1]
+		name := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		i, ok := byName[n]
-		if !ok || seen[n] {
+		i, ok := byName[name]
+		if !ok || seen[i] {
 			continue
 		}
-		seen[n] = true
-		for _, r := range chains[i].Rules {
-			switch a := r.Action.(type) {
-			case Jump:
-				stack = append(stack, a.Chain)
-			case Goto:
-				stack = append(stack, a.Chain)
-			}
-		}
+		seen[i] = true
+		n++
+		stack = append(stack, cc.chainTargets(&chains[i])...)
 	}
-	var out []Chain
+	out := make([]Chain, 0, n)
 	for i := range chains {
-		if seen[chains[i].Name] {
+		if last := byName[chains[i].Name]; seen[last] {
 			out = append(out, chains[i])
-			seen[chains[i].Name] = false // keep the first of duplicates only
+			seen[last] = false
 		}
 	}
 	sortChains(out)
 	return out
 }
 
+// ipSetsCached is ipSets, reusing unchanged sets with a cache.
+func (m *model) ipSetsCached(version int, defs []*setDef) []IPSet {
+	if m.ents == nil {
+		return m.ipSets(version, defs)
+	}
+	return m.ipSetsWith(version, defs, func(d *setDef) IPSet { return m.ents.selectorSet(m, version, d) })
+}
+
 // ipSets computes the members of the given sets and the pool sets.
 func (m *model) ipSets(version int, defs []*setDef) []IPSet {
+	return m.ipSetsWith(version, defs, func(d *setDef) IPSet { return m.selectorSet(version, d) })
+}
+
+// ipSetsWith is ipSets with each selector set made by set.
+func (m *model) ipSetsWith(version int, defs []*setDef, set func(*setDef) IPSet) []IPSet {
 	family := "inet"
 	if version == 6 {
 		family = "inet6"
@@ -544,34 +628,7 @@ func (m *model) ipSets(version int, defs []*setDef) []IPSet {
 	is6 := version == 6
 	var sets []IPSet
 	for _, d := range defs {
-		members := map[string]bool{}
-		for _, e := range m.entities {
-			if d.namedPort != "" && e.kind != "wep" && e.kind != "hep" {
-				continue
-			}
-			if !d.sel.Evaluate(e.labels) {
-				continue
-			}
-			for _, n := range e.nets {
-				if n.Addr().Is6() != is6 {
-					continue
-				}
-				if d.namedPort == "" {
-					members[netMember(n)] = true
-					continue
-				}
-				for _, p := range e.ports {
-					if p.name == d.namedPort && p.proto == d.proto {
-						members[n.Addr().String()+","+protoName(p.proto)+":"+strconv.Itoa(int(p.port))] = true
-					}
-				}
-			}
-		}
-		typ := SetTypeNet
-		if d.namedPort != "" {
-			typ = SetTypeIPPort
-		}
-		sets = append(sets, IPSet{Name: setName(version, d.id), ID: d.id, Type: typ, Family: family, Members: sortedKeys(members)})
+		sets = append(sets, set(d))
 	}
 	all, masq := map[string]bool{}, map[string]bool{}
 	for _, p := range m.pools {
@@ -591,6 +648,50 @@ func (m *model) ipSets(version int, defs []*setDef) []IPSet {
 	)
 	slices.SortFunc(sets, func(a, b IPSet) int { return strings.Compare(a.Name, b.Name) })
 	return sets
+}
+
+// selectorSet is the IP set of a selector or named port: the matching
+// entities' addresses (and ports).
+func (m *model) selectorSet(version int, d *setDef) IPSet {
+	family := "inet"
+	if version == 6 {
+		family = "inet6"
+	}
+	is6 := version == 6
+	members := map[string]bool{}
+	for _, e := range m.entities {
+		if !d.selects(e) {
+			continue
+		}
+		for _, n := range e.nets {
+			if n.Addr().Is6() != is6 {
+				continue
+			}
+			if d.namedPort == "" {
+				members[netMember(n)] = true
+				continue
+			}
+			for _, p := range e.ports {
+				if p.name == d.namedPort && p.proto == d.proto {
+					members[n.Addr().String()+","+protoName(p.proto)+":"+strconv.Itoa(int(p.port))] = true
+				}
+			}
+		}
+	}
+	typ := SetTypeNet
+	if d.namedPort != "" {
+		typ = SetTypeIPPort
+	}
+	return IPSet{Name: setName(version, d.id), ID: d.id, Type: typ, Family: family, Members: sortedKeys(members)}
+}
+
+// selects reports whether e's addresses belong in d's set: named ports
+// are only endpoints'.
+func (d *setDef) selects(e *entity) bool {
+	if d.namedPort != "" && e.kind != "wep" && e.kind != "hep" {
+		return false
+	}
+	return d.sel.Evaluate(e.labels)
 }
 
 // loadBalancerOnly pools hold service addresses, not workloads; felix

@@ -55,10 +55,21 @@ type tableBuild struct {
 	chains []Chain
 	groups map[string]Chain
 	used   map[policyRef]bool
+	// usedTiers are the tier lists already recorded in used, by
+	// direction: endpoints with equal labels share one (buildLocal).
+	usedTiers map[usedTiersRef]bool
+}
+
+// usedTiersRef is a tier list by identity, or, with a cache, by content
+// (tiersID: label sets that select the same policies have equal lists).
+type usedTiersRef struct {
+	ref     tiersRef
+	id      int
+	inbound bool
 }
 
 func newTableBuild() *tableBuild {
-	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}}
+	return &tableBuild{groups: map[string]Chain{}, used: map[policyRef]bool{}, usedTiers: map[usedTiersRef]bool{}}
 }
 
 // endpointChain renders a workload or host endpoint chain as felix's
@@ -89,6 +100,17 @@ func (c *famCompiler) endpointChain(spec endpointChainSpec, tb *tableBuild) Chai
 // usePolicies records in tb the policies and policy groups the endpoint
 // chain jumps to, whose chains the table then renders.
 func (c *famCompiler) usePolicies(spec *endpointChainSpec, tb *tableBuild) {
+	if len(spec.tiers) == 0 {
+		return
+	}
+	ref := usedTiersRef{ref: tiersRef{&spec.tiers[0], len(spec.tiers)}, inbound: spec.inbound}
+	if c.cache != nil {
+		ref = usedTiersRef{id: c.cache.tiersID(spec.tiers), inbound: spec.inbound}
+	}
+	if tb.usedTiers[ref] {
+		return
+	}
+	tb.usedTiers[ref] = true
 	polPrefix := pfxPolicyOut
 	if spec.inbound {
 		polPrefix = pfxPolicyIn
@@ -240,16 +262,40 @@ func (c *famCompiler) policyChains(tb *tableBuild, pr *parsedRules) []Chain {
 	}
 	for r := range tb.used {
 		p := r.pol
-		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: r.inbound}
+		name := policyChain(pfxPolicyOut, p.tier, p.key)
 		if r.inbound {
-			out = append(out, Chain{Name: policyChain(pfxPolicyIn, p.tier, p.key),
-				Rules: c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)})
-		} else {
-			out = append(out, Chain{Name: policyChain(pfxPolicyOut, p.tier, p.key),
-				Rules: c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)})
+			name = policyChain(pfxPolicyIn, p.tier, p.key)
 		}
+		out = append(out, Chain{Name: name, Rules: c.policyRules(p, r.inbound, pr)})
 	}
 	return out
+}
+
+// policyRules renders the chain of p in one direction; with a cache,
+// once for as long as p's rules stay the same.
+func (c *famCompiler) policyRules(p *policyInfo, inbound bool, pr *parsedRules) []Rule {
+	render := func() []Rule {
+		origin := Origin{Tier: p.tier, Policy: p.key, Ingress: inbound}
+		if inbound {
+			return c.renderRules(pr.policyIn[p], "Policy "+p.key+" ingress", policyOwner(p), origin)
+		}
+		return c.renderRules(pr.policyOut[p], "Policy "+p.key+" egress", policyOwner(p), origin)
+	}
+	if c.cache == nil {
+		return render()
+	}
+	// parseAllRules made the entry in this compilation.
+	e := c.cache.pols[policyID{p.key, p.namespace, p.tier}]
+	if e == nil {
+		return render()
+	}
+	k := renderKey{c.version, c.cfg.DenyAction, inbound}
+	rules, ok := e.rendered[k]
+	if !ok {
+		rules = render()
+		e.rendered[k] = rules
+	}
+	return rules
 }
 
 // groupPolicies splits a tier's policies into runs with the same selector:

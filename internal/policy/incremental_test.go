@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
@@ -28,7 +29,41 @@ func (g gen) mutate(s *policy.Snapshot, step int) string {
 		}
 		return l
 	}
-	switch g.r.IntN(14) {
+	switch g.r.IntN(17) {
+	case 14: // one rule of a policy replaced: same number of rules
+		if len(s.NetworkPolicies) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.NetworkPolicies))
+		p := s.NetworkPolicies[i]
+		if len(p.Spec.Egress) == 0 {
+			return "none"
+		}
+		p.Spec.Egress = slices.Clone(p.Spec.Egress)
+		p.Spec.Egress[g.r.IntN(len(p.Spec.Egress))] = g.rule(p.Namespace)
+		s.NetworkPolicies = slices.Clone(s.NetworkPolicies)
+		s.NetworkPolicies[i] = p
+		return "np rule replaced " + p.Name
+	case 15: // a global policy moves tier, its rules untouched
+		if len(s.GlobalNetworkPolicies) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.GlobalNetworkPolicies))
+		p := s.GlobalNetworkPolicies[i]
+		p.Spec.Tier = g.pick("", "security")
+		s.GlobalNetworkPolicies = slices.Clone(s.GlobalNetworkPolicies)
+		s.GlobalNetworkPolicies[i] = p
+		return "gnp tier " + p.Name
+	case 16: // a namespace's profile rules, and a pod's ports
+		if len(s.WorkloadEndpoints) == 0 {
+			return "none"
+		}
+		i := g.r.IntN(len(s.WorkloadEndpoints))
+		w := s.WorkloadEndpoints[i]
+		w.Spec.Ports = []api.WorkloadEndpointPort{{Name: g.pick("http", "dns", "metrics"), Protocol: api.ProtocolFromString(g.pick("TCP", "UDP")), Port: uint16(8000 + g.r.IntN(3))}}
+		s.WorkloadEndpoints = slices.Clone(s.WorkloadEndpoints)
+		s.WorkloadEndpoints[i] = w
+		return "wep ports " + w.Name
 	case 0, 1: // a policy's rules change (a port, an action)
 		if len(s.NetworkPolicies) == 0 {
 			return "none"
@@ -212,14 +247,7 @@ func TestCompilerReusesUnchangedChains(t *testing.T) {
 	s.WorkloadEndpoints = slices.Clone(s.WorkloadEndpoints)
 	s.WorkloadEndpoints[1] = wep("ns1", "b", "calib", map[string]string{"app": "a"}, []string{"10.65.0.2"})
 	second := ic.Compile(s)
-	id := func(r *policy.Result, chain string) policy.RulesIdentity {
-		c := r.V4.Filter.Chain(chain)
-		if c == nil {
-			t.Fatalf("no chain %s", chain)
-		}
-		i, _ := c.Identity()
-		return i
-	}
+	id := func(r *policy.Result, chain string) policy.RulesIdentity { return filterChainID(t, r, chain) }
 	for _, tc := range []struct {
 		chain string
 		same  bool
@@ -233,6 +261,17 @@ func TestCompilerReusesUnchangedChains(t *testing.T) {
 			t.Errorf("%s reused = %v, want %v", tc.chain, got, tc.same)
 		}
 	}
+}
+
+// filterChainID is the identity of the rules of r's IPv4 filter chain.
+func filterChainID(t *testing.T, r *policy.Result, chain string) policy.RulesIdentity {
+	t.Helper()
+	c := r.V4.Filter.Chain(chain)
+	if c == nil {
+		t.Fatalf("no chain %s", chain)
+	}
+	i, _ := c.Identity()
+	return i
 }
 
 func diffDump(got, want string) string {
@@ -266,4 +305,52 @@ func splitLines(s string) []string {
 		s = s[i:]
 	}
 	return out
+}
+
+// TestCompilerReusesUnchangedPolicies: an untouched policy's chain and
+// the IP set of its rule come back as the same slices after another
+// policy changed (nothing to re-render, re-hash or rewrite), the changed
+// policy's chain does not; a pod entering the set's selector changes the
+// set.
+func TestCompilerReusesUnchangedPolicies(t *testing.T) {
+	s := &policy.Snapshot{Node: node, Profiles: []api.Profile{nsProfile("ns1", nil)}}
+	s.WorkloadEndpoints = []api.WorkloadEndpoint{
+		wep("ns1", "a", "calia", map[string]string{"app": "a"}, []string{"10.65.0.1"}),
+		wep("ns1", "b", "calib", map[string]string{"app": "b"}, []string{"10.65.0.2"}),
+	}
+	fromA := []api.Rule{{Action: api.Allow, Source: api.EntityRule{Selector: "role == 'client'"}}}
+	s.NetworkPolicies = []api.NetworkPolicy{
+		np("ns1", "pa", api.NetworkPolicySpec{Selector: "app == 'a'", Ingress: fromA}),
+		np("ns1", "pb", api.NetworkPolicySpec{Selector: "app == 'b'", Ingress: []api.Rule{{Action: api.Allow}}}),
+	}
+	ic := policy.NewCompiler()
+	first := ic.Compile(s)
+	s.NetworkPolicies = slices.Clone(s.NetworkPolicies)
+	s.NetworkPolicies[1].Spec.Ingress = []api.Rule{{Action: api.Deny}}
+	second := ic.Compile(s)
+	chainID := func(r *policy.Result, chain string) policy.RulesIdentity { return filterChainID(t, r, chain) }
+	if chainID(first, "cali-pi-default/ns1/pa") != chainID(second, "cali-pi-default/ns1/pa") {
+		t.Error("the untouched policy's chain was rendered again")
+	}
+	if chainID(first, "cali-pi-default/ns1/pb") == chainID(second, "cali-pi-default/ns1/pb") {
+		t.Error("the changed policy's chain was reused")
+	}
+	set := func(r *policy.Result) *policy.IPSet {
+		for i := range r.V4.IPSets {
+			if strings.HasPrefix(r.V4.IPSets[i].ID, "s:") {
+				return &r.V4.IPSets[i]
+			}
+		}
+		t.Fatal("no selector set")
+		return nil
+	}
+	if a, b := set(first), set(second); len(a.Members) != 0 || len(b.Members) != 0 {
+		t.Fatalf("role == 'client' selects %v, then %v; want nothing", a.Members, b.Members)
+	}
+	// A client pod arrives: the set gains it.
+	s.WorkloadEndpoints = append(slices.Clone(s.WorkloadEndpoints),
+		wep("ns1", "c", "calic", map[string]string{"role": "client"}, []string{"10.65.0.3"}))
+	if got := set(ic.Compile(s)).Members; !slices.Equal(got, []string{"10.65.0.3"}) {
+		t.Errorf("after a client pod arrived the set holds %v, want [10.65.0.3]", got)
+	}
 }

@@ -522,7 +522,21 @@ func (c *Chain) Lines() []string {
 	for i := range c.Rules {
 		tails[i] = c.Rules[i].tail()
 	}
-	hashes := hashTails(c.Name, tails)
+	return c.lines(tails, hashTails(c.Name, tails))
+}
+
+// LinesHashed is Lines for a caller that has the chain's Hashes already
+// (a programmer hashes every chain to diff it): they are not computed
+// again.
+func (c *Chain) LinesHashed(hashes []string) []string {
+	tails := make([]string, len(c.Rules))
+	for i := range c.Rules {
+		tails[i] = c.Rules[i].tail()
+	}
+	return c.lines(tails, hashes)
+}
+
+func (c *Chain) lines(tails, hashes []string) []string {
 	lines := make([]string, len(c.Rules))
 	for i := range c.Rules {
 		lines[i] = "-A " + c.Name + " " + joinFrag(hashFragment(hashes[i]), tails[i])

@@ -260,16 +260,19 @@ type model struct {
 	node  string
 	nodes []api.Node
 	// match, if set, keeps selector matches across compilations
-	// (Compiler).
+	// (Compiler); ents the workload entities and the IP sets.
 	match *matchCache
+	ents  *entityCache
 }
 
 // localEndpoint is an endpoint of this node that gets its own chains.
 type localEndpoint struct {
-	name     string // resource name (namespace/name for workloads)
-	iface    string
-	labels   map[string]string
-	profiles []string
+	name   string // resource name (namespace/name for workloads)
+	iface  string
+	labels map[string]string
+	// labelsKey is labelsKey(labels) when already known ("" if not).
+	labelsKey string
+	profiles  []string
 	// ingress and egress are the tiers with normal policies that select
 	// the endpoint and govern that direction, in order.
 	ingress, egress []epTier
@@ -304,11 +307,12 @@ func (m *model) problem(format string, args ...any) {
 	m.problems = append(m.problems, fmt.Sprintf(format, args...))
 }
 
-func buildModel(s *Snapshot, mc *matchCache) *model {
+func buildModel(s *Snapshot, mc *matchCache, ec *entityCache) *model {
 	m := &model{
 		sels:     &selectors{cache: map[string]selectorResult{}},
 		profiles: map[string]*api.Profile{},
 		match:    mc,
+		ents:     ec,
 	}
 	plabels := profileLabels{}
 	for i := range s.Profiles {
@@ -317,6 +321,9 @@ func buildModel(s *Snapshot, mc *matchCache) *model {
 		plabels[p.Name] = p.Spec.LabelsToApply
 	}
 	m.buildEntities(s, plabels)
+	if m.ents != nil {
+		m.ents.diff(m.entities)
+	}
 	m.buildTiers(s)
 	m.buildLocal(s, plabels)
 	for i := range s.IPPools {
@@ -334,13 +341,11 @@ func buildModel(s *Snapshot, mc *matchCache) *model {
 func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 	for i := range s.WorkloadEndpoints {
 		w := &s.WorkloadEndpoints[i]
-		e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
-		e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
-		ports := w.Spec.Ports
-		e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
-			return ports[i].Name, ports[i].Protocol, ports[i].Port
-		}, len(ports))
-		m.entities = append(m.entities, e)
+		if m.ents != nil {
+			m.entities = append(m.entities, m.ents.workload(m, w, plabels))
+			continue
+		}
+		m.entities = append(m.entities, m.workloadEntity(w, plabels))
 	}
 	for i := range s.HostEndpoints {
 		h := &s.HostEndpoints[i]
@@ -372,6 +377,17 @@ func (m *model) buildEntities(s *Snapshot, plabels profileLabels) {
 		e.nets = m.setNets("GlobalNetworkSet "+n.Name, n.Spec.Nets)
 		m.entities = append(m.entities, e)
 	}
+}
+
+// workloadEntity is the entity of a workload endpoint.
+func (m *model) workloadEntity(w *api.WorkloadEndpoint, plabels profileLabels) *entity {
+	e := &entity{kind: "wep", name: w.Namespace + "/" + w.Name, labels: workloadLabels(w, plabels)}
+	e.nets = m.endpointNets("WorkloadEndpoint "+e.name+": ipNetworks", w.Spec.IPNetworks)
+	ports := w.Spec.Ports
+	e.ports = endpointPorts(func(i int) (string, api.Protocol, uint16) {
+		return ports[i].Name, ports[i].Protocol, ports[i].Port
+	}, len(ports))
+	return e
 }
 
 // parsePrefixes parses each item with parse; an item it refuses is a
@@ -537,11 +553,19 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 			continue
 		}
 		seen[w.Spec.InterfaceName] = name
-		m.workloads = append(m.workloads, &localEndpoint{
-			name: name, iface: w.Spec.InterfaceName,
-			labels: workloadLabels(w, plabels), profiles: w.Spec.Profiles,
+		ep := &localEndpoint{
+			name: name, iface: w.Spec.InterfaceName, profiles: w.Spec.Profiles,
 			spoofable: m.spoofable(name, w.Spec.AllowSpoofedSourcePrefixes, s.Config.AllowSourceSpoofing),
-		})
+		}
+		if m.ents != nil {
+			// The entity's labels (buildEntities made it from this very
+			// endpoint), with their key.
+			ep.labels, ep.labelsKey = m.ents.labels(w)
+		}
+		if ep.labels == nil {
+			ep.labels = workloadLabels(w, plabels)
+		}
+		m.workloads = append(m.workloads, ep)
 	}
 	slices.SortFunc(m.workloads, func(a, b *localEndpoint) int { return strings.Compare(a.iface, b.iface) })
 	m.placeHosts(s, plabels)
@@ -557,7 +581,10 @@ func (m *model) buildLocal(s *Snapshot, plabels profileLabels) {
 		resolved = m.match.resolve(m.tiers)
 	}
 	for _, ep := range m.workloads {
-		key := labelsKey(ep.labels)
+		key := ep.labelsKey
+		if key == "" {
+			key = labelsKey(ep.labels)
+		}
 		t, ok := byLabels[key]
 		if !ok {
 			if m.match != nil {

@@ -274,30 +274,48 @@ func FreePort(t testing.TB) int {
 // `calico_cni_server_requests_total{reason="",result="served"}`; 0 when absent.
 func Metric(t testing.TB, url, sample string) float64 {
 	t.Helper()
+	v, err := MetricValue(url, sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// MetricValue is Metric returning its error, for polling a process that
+// may not serve yet.
+func MetricValue(url, sample string) (float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
-		t.Fatalf("metrics %s: %v", url, err)
+		return 0, fmt.Errorf("metrics %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("metrics %s: %v", url, err)
+		return 0, fmt.Errorf("metrics %s: %w", url, err)
 	}
-	return Sample(t, string(body), sample)
+	return sampleValue(string(body), sample)
 }
 
 // Sample reads one sample line of a Prometheus text exposition (see
 // Metric); 0 when absent.
 func Sample(t testing.TB, body, sample string) float64 {
 	t.Helper()
+	v, err := sampleValue(body, sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func sampleValue(body, sample string) (float64, error) {
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
+				return 0, fmt.Errorf("metric line %q: %w", line, err)
 			}
-			return f
+			return f, nil
 		}
 	}
-	return 0
+	return 0, nil
 }

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// trimThreshold is how much the agent may allocate between two looks
+// without a trim: below it a forced collection costs more than the
+// memory is worth.
+const trimThreshold = 4 << 20
+
+// memoryTrimmer returns the heap's garbage to the kernel. A burst (the
+// first full program of a large ruleset builds a payload of megabytes;
+// every change rebuilds the snapshot) leaves garbage that the next
+// collection would free and the runtime would then hand back only
+// slowly; but a node at rest allocates too little to even start that
+// collection, so its RSS stays near the burst's peak. Every interval the
+// trimmer looks at how much the agent allocated since the last trim and,
+// from trimThreshold on, collects and releases what is free
+// (debug.FreeOSMemory): a collection of the live heap, some milliseconds
+// of one core, at most once per interval and only while the agent
+// allocates.
+type memoryTrimmer struct {
+	every time.Duration
+	log   *slog.Logger
+	// allocated is the bytes allocated since the process started; trim
+	// collects and returns the free heap (tests fake both).
+	allocated func() uint64
+	trim      func()
+}
+
+func newMemoryTrimmer(every time.Duration, logger *slog.Logger) *memoryTrimmer {
+	return &memoryTrimmer{every: every, log: logger.With("component", "memory"), allocated: heapAllocated, trim: debug.FreeOSMemory}
+}
+
+// Run trims until ctx is done.
+func (m *memoryTrimmer) Run(ctx context.Context) error {
+	t := time.NewTicker(m.every)
+	defer t.Stop()
+	last := m.allocated()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			now := m.allocated()
+			if now-last < trimThreshold {
+				continue
+			}
+			start := time.Now()
+			m.trim()
+			// The trim's own allocations do not count.
+			last = m.allocated()
+			m.log.Debug("returned free heap to the kernel", "allocated", now-last, "took", time.Since(start))
+		}
+	}
+}
+
+// heapAllocated is the runtime's cumulative count of bytes allocated on
+// the heap.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
