@@ -3,6 +3,7 @@ package bgp
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,27 +81,15 @@ func TestBGPFilterStatements(t *testing.T) {
 		{"192.0.2.1/32", "AFI_IP", "", "", "ROUTE_TYPE_NONE", "ACCEPT"},
 		{"2001:db8::1/128", "AFI_IP", "", "", "ROUTE_TYPE_NONE", "ACCEPT"},
 	}
-	if got := flat(fp.exports); !equalStmts(got, wantExport) {
+	if got := flat(fp.exports); !slices.Equal(got, wantExport) {
 		t.Errorf("export statements:\n got %v\nwant %v", got, wantExport)
 	}
-	if got := flat(fp.imports); !equalStmts(got, wantImport) {
+	if got := flat(fp.imports); !slices.Equal(got, wantImport) {
 		t.Errorf("import statements:\n got %v\nwant %v", got, wantImport)
 	}
 	if len(fp.problems) != 1 || !strings.Contains(fp.problems[0], "BGPFilter a exportV4[2]") || !strings.Contains(fp.problems[0], "eth*") {
 		t.Errorf("problems %q, want the interface rule", fp.problems)
 	}
-}
-
-func equalStmts[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func itoa(v uint32) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -82,15 +83,6 @@ func peerOf(t *testing.T, rep WhyReport, addr string) WhyPeer {
 	}
 	t.Fatalf("bgp why %s: no peer %s in %+v", rep.Prefix, addr, rep.Peers)
 	return WhyPeer{}
-}
-
-func wantContains(t *testing.T, what, got string, subs ...string) {
-	t.Helper()
-	for _, s := range subs {
-		if !strings.Contains(got, s) {
-			t.Errorf("%s = %q; want it to contain %q", what, got, s)
-		}
-	}
 }
 
 // TestBIRDRoutesAndWhy: two agents meshed, BIRD as their eBGP ToR, a
@@ -164,19 +156,19 @@ template bgp node {
 
 	t.Run("own block", func(t *testing.T) {
 		rep, text := a1.why(t, "10.244.1.0/26")
-		wantContains(t, "origin", rep.Origin, "originated by this node: IPAM block affine to this node")
+		texttest.Contains(t, "origin", rep.Origin, "originated by this node: IPAM block affine to this node")
 		for _, peer := range []string{"192.0.2.1", "192.0.2.12"} {
 			p := peerOf(t, rep, peer)
 			if p.Sent != SentExported {
 				t.Errorf("to %s: %s (%s); want exported", peer, p.Sent, p.Detail)
 			}
-			wantContains(t, "detail", p.Detail, "Calico export: a route this node originates")
+			texttest.Contains(t, "detail", p.Detail, "Calico export: a route this node originates")
 		}
 		if !rep.Kernel.Installed {
 			t.Errorf("kernel: %+v; want installed", rep.Kernel)
 		}
-		wantContains(t, "kernel verdict", rep.Kernel.Verdict, "installed: own block, blackhole route")
-		wantContains(t, "text", text, "10.244.1.0/26 blackhole proto 80 (calico) table main")
+		texttest.Contains(t, "kernel verdict", rep.Kernel.Verdict, "installed: own block, blackhole route")
+		texttest.Contains(t, "text", text, "10.244.1.0/26 blackhole proto 80 (calico) table main")
 	})
 
 	t.Run("BGPFilter export rule", func(t *testing.T) {
@@ -186,7 +178,7 @@ template bgp node {
 		if tor.Sent != SentFiltered {
 			t.Errorf("to the ToR: %s (%s); want filtered", tor.Sent, tor.Detail)
 		}
-		wantContains(t, "detail", tor.Detail, "BGPFilter tor-filter exportV4[0]", "cidr 10.244.2.0/24")
+		texttest.Contains(t, "detail", tor.Detail, "BGPFilter tor-filter exportV4[0]", "cidr 10.244.2.0/24")
 		if p := peerOf(t, rep, "192.0.2.11"); p.Sent != SentExported {
 			t.Errorf("to n1: %s (%s); want exported", p.Sent, p.Detail)
 		}
@@ -198,12 +190,12 @@ template bgp node {
 
 	t.Run("BGPFilter import rule", func(t *testing.T) {
 		rep, _ := a1.why(t, "10.244.200.0/24")
-		wantContains(t, "received from the ToR", peerOf(t, rep, "192.0.2.1").Received,
+		texttest.Contains(t, "received from the ToR", peerOf(t, rep, "192.0.2.1").Received,
 			"rejected on import by BGPFilter tor-filter importV4[0]", "matchOperator Equal")
 		if rep.Kernel.Installed || rep.Kernel.Wanted != "" {
 			t.Errorf("kernel: %+v; want no route", rep.Kernel)
 		}
-		wantContains(t, "kernel verdict", rep.Kernel.Verdict,
+		texttest.Contains(t, "kernel verdict", rep.Kernel.Verdict,
 			"no best path: the only path from 192.0.2.1 was rejected on import by BGPFilter tor-filter importV4[0]")
 	})
 
@@ -215,7 +207,7 @@ template bgp node {
 		if rep.Kernel.Wanted != "198.18.0.0/24 via 198.51.100.7" {
 			t.Errorf("wanted %q", rep.Kernel.Wanted)
 		}
-		wantContains(t, "kernel verdict", rep.Kernel.Verdict, "not installed", "next hop 198.51.100.7 is unreachable",
+		texttest.Contains(t, "kernel verdict", rep.Kernel.Verdict, "not installed", "next hop 198.51.100.7 is unreachable",
 			"the kernel refused it: network is unreachable")
 		golden(t, "testdata/why-nexthop-unreachable.golden", normAges(text))
 	})
@@ -232,7 +224,7 @@ template bgp node {
 			time.Sleep(100 * time.Millisecond)
 		}
 		n2 := peerOf(t, rep, "192.0.2.12")
-		wantContains(t, "received from n2", n2.Received, "held stale by graceful restart: the peer is restarting", "restart time of 2m0s")
+		texttest.Contains(t, "received from n2", n2.Received, "held stale by graceful restart: the peer is restarting", "restart time of 2m0s")
 		if n2.State == StateEstablished {
 			t.Errorf("n2's session is %s", n2.State)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // whyCase builds facts around node "a" (192.0.2.11, AS 64512) with an
@@ -116,11 +117,11 @@ func TestBuildWhy(t *testing.T) {
 			f.Peers[1].State = StateActive
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "withdrawn", rep.Withdrawn, "no path for 00:00:30", "the session to 192.0.2.12 is Active")
+			texttest.Contains(t, "withdrawn", rep.Withdrawn, "no path for 00:00:30", "the session to 192.0.2.12 is Active")
 			if rep.Peers[0].Sent != SentWithdrawn {
 				t.Errorf("to the ToR: %s (%s)", rep.Peers[0].Sent, rep.Peers[0].Detail)
 			}
-			wantContains(t, "kernel", rep.Kernel.Verdict, "no route: no best path: the last path went away 00:00:30 ago")
+			texttest.Contains(t, "kernel", rep.Kernel.Verdict, "no route: no best path: the last path went away 00:00:30 ago")
 		},
 	}, {
 		name:   "iBGP split horizon",
@@ -170,8 +171,8 @@ func TestBuildWhy(t *testing.T) {
 			f.Kernel = []kernelRoute{kernelRouteOf(tun)}
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "reason", rep.Kernel.Reason, "it is in VXLAN IP pool vx: the overlay routes it, not BGP")
-			wantContains(t, "verdict", rep.Kernel.Verdict, "not BGP's", "installed for 20-tunnels")
+			texttest.Contains(t, "reason", rep.Kernel.Reason, "it is in VXLAN IP pool vx: the overlay routes it, not BGP")
+			texttest.Contains(t, "verdict", rep.Kernel.Verdict, "not BGP's", "installed for 20-tunnels")
 		},
 	}, {
 		name:   "a tunnel route takes precedence over BGP's",
@@ -186,7 +187,7 @@ func TestBuildWhy(t *testing.T) {
 			f.Kernel = []kernelRoute{kernelRouteOf(tun)}
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "verdict", rep.Kernel.Verdict, "20-tunnels's route takes precedence and is installed")
+			texttest.Contains(t, "verdict", rep.Kernel.Verdict, "20-tunnels's route takes precedence and is installed")
 			if rep.Kernel.Installed {
 				t.Error("BGP's route reported installed")
 			}
@@ -203,7 +204,7 @@ func TestBuildWhy(t *testing.T) {
 			f.Reach[p.NextHop] = reach{Via: "192.0.2.12 dev eth0"}
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "verdict", rep.Kernel.Verdict, "not installed", "the kernel has no such route", "removed behind its back")
+			texttest.Contains(t, "verdict", rep.Kernel.Verdict, "not installed", "the kernel has no such route", "removed behind its back")
 		},
 	}, {
 		name:   "not handed to the route table yet",
@@ -212,7 +213,7 @@ func TestBuildWhy(t *testing.T) {
 			learned(f, bAddr, "192.0.2.12")
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "verdict", rep.Kernel.Verdict, "not installed yet: the speaker has not handed 10.244.2.0/26 via 192.0.2.12 to the route table")
+			texttest.Contains(t, "verdict", rep.Kernel.Verdict, "not installed yet: the speaker has not handed 10.244.2.0/26 via 192.0.2.12 to the route table")
 		},
 	}, {
 		name:   "a block in a disableBGPExport pool is not originated",
@@ -222,7 +223,7 @@ func TestBuildWhy(t *testing.T) {
 			f.View.In.IPAM.Blocks = append(f.View.In.IPAM.Blocks, netip.MustParsePrefix("10.245.1.0/26"))
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			wantContains(t, "origin", rep.Origin, "not originated by this node: IPAM block affine to this node, but IP pool private has disableBGPExport")
+			texttest.Contains(t, "origin", rep.Origin, "not originated by this node: IPAM block affine to this node, but IP pool private has disableBGPExport")
 		},
 	}}
 	for _, tc := range tests {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,18 +114,6 @@ func names(ups []Update) []string {
 	return out
 }
 
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestSnapshotThenUpdates(t *testing.T) {
 	f := newFake()
 	f.objs["IPPool"] = []api.Object{pool("a", 5), pool("b", 6)}
@@ -141,7 +130,7 @@ func TestSnapshotThenUpdates(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("never synced")
 	}
-	if got := names(next(t, pools)); !equal(got, []string{"set:IPPool(a)", "set:IPPool(b)"}) {
+	if got := names(next(t, pools)); !slices.Equal(got, []string{"set:IPPool(a)", "set:IPPool(b)"}) {
 		t.Errorf("snapshot = %v", got)
 	}
 	// The watch replays from the lowest list revision + 1.
@@ -167,7 +156,7 @@ func TestSnapshotThenUpdates(t *testing.T) {
 
 	// A late subscriber gets the current state as its snapshot.
 	all := w.Subscribe()
-	if got := names(next(t, all)); !equal(got, []string{"set:IPPool(b)", "set:Node(n1)"}) {
+	if got := names(next(t, all)); !slices.Equal(got, []string{"set:IPPool(b)", "set:Node(n1)"}) {
 		t.Errorf("late snapshot = %v", got)
 	}
 }
@@ -192,7 +181,7 @@ func TestListRetriedUntilItWorks(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("never synced after transient list errors")
 	}
-	if got := names(next(t, w.Subscribe("Node"))); !equal(got, []string{"set:Node(n1)"}) {
+	if got := names(next(t, w.Subscribe("Node"))); !slices.Equal(got, []string{"set:Node(n1)"}) {
 		t.Errorf("snapshot = %v", got)
 	}
 }
@@ -205,7 +194,7 @@ func TestListRetryKeepsListedKinds(t *testing.T) {
 	f.objs["WorkloadEndpoint"] = []api.Object{wep("ns1", "w1", 6)}
 	f.failKind["WorkloadEndpoint"] = 3
 	w, _ := start(t, f)
-	if got := names(next(t, w.Subscribe("IPPool", "WorkloadEndpoint"))); !equal(got, []string{"set:IPPool(a)", "set:WorkloadEndpoint(ns1/w1)"}) {
+	if got := names(next(t, w.Subscribe("IPPool", "WorkloadEndpoint"))); !slices.Equal(got, []string{"set:IPPool(a)", "set:WorkloadEndpoint(ns1/w1)"}) {
 		t.Errorf("snapshot = %v", got)
 	}
 	f.mu.Lock()
@@ -229,13 +218,13 @@ func TestResetDeliveredAsDiff(t *testing.T) {
 	}}
 	got := names(next(t, s))
 	want := []string{"delete:Node(gone)", "set:Node(change)", "set:Node(new)"}
-	if !equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("reset diff = %v, want %v", got, want)
 	}
 	// Afterwards the cache reflects the reset: an old event is ignored.
 	f.events <- datastore.Event{Type: datastore.Modified, Object: node("change", 39), Revision: 39}
 	f.events <- datastore.Event{Type: datastore.Added, Object: node("later", 60), Revision: 60}
-	if got := names(next(t, s)); !equal(got, []string{"set:Node(later)"}) {
+	if got := names(next(t, s)); !slices.Equal(got, []string{"set:Node(later)"}) {
 		t.Errorf("after reset = %v", got)
 	}
 }
@@ -369,7 +358,7 @@ func TestResetDiffNonNumericVersions(t *testing.T) {
 		profile("kns.a", "10/", "dev"), profile("kns.b", "42/", "prod"),
 	}}
 	ups := next(t, s)
-	if got := names(ups); !equal(got, []string{"set:Profile(kns.b)"}) {
+	if got := names(ups); !slices.Equal(got, []string{"set:Profile(kns.b)"}) {
 		t.Fatalf("reset diff = %v, want only the changed profile", got)
 	}
 	if env := ups[0].Object.(*api.Profile).Spec.LabelsToApply["env"]; env != "prod" {

@@ -2,6 +2,7 @@ package confwatch
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestFollowsRealEtcd(t *testing.T) {
 
 	w, _ := start(t, store)
 	s := w.Subscribe("IPPool")
-	if got := names(next(t, s)); !equal(got, []string{"set:IPPool(before)"}) {
+	if got := names(next(t, s)); !slices.Equal(got, []string{"set:IPPool(before)"}) {
 		t.Fatalf("snapshot = %v", got)
 	}
 	p2 := &api.IPPool{}
@@ -47,7 +48,7 @@ func TestFollowsRealEtcd(t *testing.T) {
 	for len(got) < 2 && time.Now().Before(deadline) {
 		got = append(got, names(next(t, s))...)
 	}
-	if !equal(got, []string{"set:IPPool(after)", "delete:IPPool(before)"}) && !equal(got, []string{"delete:IPPool(before)", "set:IPPool(after)"}) {
+	if !slices.Equal(got, []string{"set:IPPool(after)", "delete:IPPool(before)"}) && !slices.Equal(got, []string{"delete:IPPool(before)", "set:IPPool(after)"}) {
 		t.Errorf("updates = %v", got)
 	}
 }

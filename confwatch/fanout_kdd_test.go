@@ -16,7 +16,6 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
-	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
@@ -141,15 +140,8 @@ func TestFanOutKubernetesDatastore(t *testing.T) {
 	}
 	create := func(doc string) {
 		t.Helper()
-		objs, err := api.DecodeAndValidate([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range objs {
-			if d.Err != nil {
-				t.Fatalf("%s: %v", doc, d.Err)
-			}
-			if _, err := store.Create(ctx, d.Object); err != nil {
+		for _, o := range storetest.Objects(t, doc) {
+			if _, err := store.Create(ctx, o); err != nil {
 				t.Fatalf("create %s: %v", doc, err)
 			}
 		}

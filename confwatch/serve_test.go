@@ -150,7 +150,7 @@ func TestFanOutServesSnapshotAndUpdates(t *testing.T) {
 	f.events <- datastore.Event{Type: datastore.Added, Object: wep("ns1", "w2", 14), Revision: 14}
 	for i, s := range agents {
 		ups := collect(t, s, 3)
-		if got := names(ups); !equal(got, []string{"delete:IPPool(a)", "set:Node(n1)", "set:WorkloadEndpoint(ns1/w2)"}) {
+		if got := names(ups); !slices.Equal(got, []string{"delete:IPPool(a)", "set:Node(n1)", "set:WorkloadEndpoint(ns1/w2)"}) {
 			t.Errorf("agent %d updates = %v", i, got)
 		}
 		for _, u := range ups {
@@ -172,7 +172,7 @@ func TestFanOutServesSnapshotAndUpdates(t *testing.T) {
 	collect(t, hubSub, 2) // the hub has both changes before any agent can reconnect
 	fo.serve(t, addr, ServerConfig{}, nil)
 	for i, s := range agents {
-		if got := names(collect(t, s, 2)); !equal(got, []string{"delete:WorkloadEndpoint(ns1/w1)", "set:IPPool(b)"}) {
+		if got := names(collect(t, s, 2)); !slices.Equal(got, []string{"delete:WorkloadEndpoint(ns1/w1)", "set:IPPool(b)"}) {
 			t.Errorf("agent %d after reconnecting = %v", i, got)
 		}
 	}

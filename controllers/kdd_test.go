@@ -17,6 +17,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 func TestForDatastore(t *testing.T) {
@@ -215,11 +216,7 @@ func testNodeKDD(t *testing.T, e *env) {
 		}
 	}
 	logs := e.logs.String()
-	for _, want := range []string{"released address of removed node", "ip=" + ip.String(), "ip=" + tunnel.String()} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("logs lack %q", want)
-		}
-	}
+	texttest.Contains(t, "logs", logs, "released address of removed node", "ip="+ip.String(), "ip="+tunnel.String())
 }
 
 // testIPAMGCKDD: on KDD an address is in use when its pod's annotations

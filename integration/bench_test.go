@@ -366,15 +366,7 @@ func benchObjects(b *testing.B, nEP, nPol int) []api.Object {
 	var y strings.Builder
 	y.WriteString("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool}\nspec: {cidr: 10.96.0.0/12, blockSize: 26}\n")
 	for ns := range 10 {
-		fmt.Fprintf(&y, `---
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.ns%d}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: ns%d, pcns.team: t%d}
-`, ns, ns, ns%3)
+		y.WriteString(storetest.NamespaceProfile(fmt.Sprint("ns", ns), map[string]string{"team": fmt.Sprint("t", ns%3)}))
 	}
 	for i := range nEP {
 		fmt.Fprintf(&y, `---
@@ -416,16 +408,5 @@ spec:
 			fmt.Fprintf(&y, "---\napiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: np%d, namespace: ns%d}\nspec:\n  order: %d\n  selector: app == 'app%d'\n%s", k, k%10, k, k%100, rules)
 		}
 	}
-	docs, err := api.DecodeAndValidate([]byte(y.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []api.Object
-	for _, d := range docs {
-		if d.Err != nil {
-			b.Fatalf("document %d (%s %s): %v", d.Index, d.Kind, d.Name, d.Err)
-		}
-		out = append(out, d.Object)
-	}
-	return out
+	return storetest.Objects(b, y.String())
 }

@@ -240,17 +240,9 @@ func (n *node) metric(t testing.TB, sample string) float64 {
 // apply does) and returns an undo that deletes them.
 func (n *node) apply(t testing.TB, yaml string) func() {
 	t.Helper()
-	docs, err := api.DecodeAndValidate([]byte(yaml))
-	if err != nil {
-		t.Fatalf("decode: %v\n%s", err, yaml)
-	}
-	var objs []api.Object
-	for _, d := range docs {
-		if d.Err != nil {
-			t.Fatalf("document %d: %v", d.Index, d.Err)
-		}
-		n.applyObject(t, d.Object)
-		objs = append(objs, d.Object)
+	objs := storetest.Objects(t, yaml)
+	for _, o := range objs {
+		n.applyObject(t, o)
 	}
 	return func() {
 		for i := len(objs) - 1; i >= 0; i-- {

@@ -20,45 +20,16 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy/k8spolicy"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // The pods: web in "prod" serves; client in "prod" and builder in "dev"
 // connect to it. Every pod listens on TCP and UDP 8080 and 9050.
-const namespaceProfiles = `
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.prod}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: prod, pcns.env: prod}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: kns.dev}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
-  labelsToApply: {pcns.projectcalico.org/name: dev, pcns.env: dev}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: ksa.prod.web}
-spec:
-  labelsToApply: {pcsa.projectcalico.org/name: web}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: ksa.prod.client}
-spec:
-  labelsToApply: {pcsa.projectcalico.org/name: client}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: ksa.dev.builder}
-spec:
-  labelsToApply: {pcsa.projectcalico.org/name: builder}
-`
+var namespaceProfiles = storetest.NamespaceProfile("prod", map[string]string{"env": "prod"}) +
+	storetest.NamespaceProfile("dev", map[string]string{"env": "dev"}) +
+	storetest.ServiceAccountProfile("prod", "web") +
+	storetest.ServiceAccountProfile("prod", "client") +
+	storetest.ServiceAccountProfile("dev", "builder")
 
 const policyPool = `
 apiVersion: projectcalico.org/v3

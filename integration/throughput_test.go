@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/agent/xtables"
-	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/policy"
+	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 )
 
 // BenchmarkDataplaneThroughput is one-stream TCP throughput (iperf3)
@@ -40,7 +40,7 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 	node := newRecRunner(b)
 	podA, podB := perfPod(b, node, "a", "10.111.0.1"), perfPod(b, node, "b", "10.111.0.2")
 	objs := benchObjects(b, envInt("DATAPLANE_BENCH_EPS", 1000), envInt("DATAPLANE_BENCH_POLICIES", 500))
-	extra, err := api.DecodeAndValidate([]byte(fmt.Sprintf(`
+	extra := storetest.Objects(b, fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
 metadata: {name: %[1]s-k8s-perfa-eth0, namespace: ns0, labels: {app: app0, tier: t0}}
@@ -59,19 +59,13 @@ spec:
   selector: app == 'app0'
   ingress: [{action: Allow, protocol: TCP, destination: {ports: [9050]}}]
   egress: [{action: Allow, protocol: TCP, destination: {ports: [9050]}}]
-`, nodeName, podA.host, podB.host)))
-	if err != nil {
-		b.Fatal(err)
-	}
+`, nodeName, podA.host, podB.host))
 	snap := &policy.Snapshot{Node: nodeName, Config: policy.ConfigFromFelix(nil)}
 	for _, o := range objs {
 		snap.Add(o)
 	}
-	for _, d := range extra {
-		if d.Err != nil {
-			b.Fatal(d.Err)
-		}
-		snap.Add(d.Object)
+	for _, o := range extra {
+		snap.Add(o)
 	}
 	snap.Config.IPv6 = false
 	res := policy.Compile(snap)

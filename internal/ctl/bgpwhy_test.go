@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // fakeAgent answers each connection on a unix socket with reply(the
@@ -70,12 +71,8 @@ func TestNodeBGPWhyCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node routes: %v\n%s", err, out)
 	}
-	for _, want := range []string{"|    PREFIX     |  NEXT HOP  |    FROM    |   AGE    | BEST | KERNEL |",
-		"| 10.244.2.0/26 | 192.0.2.12 | 192.0.2.12 | 00:01:", " | yes  | yes    |"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("node routes output lacks %q:\n%s", want, out)
-		}
-	}
+	texttest.Contains(t, "node routes output", out, "|    PREFIX     |  NEXT HOP  |    FROM    |   AGE    | BEST | KERNEL |",
+		"| 10.244.2.0/26 | 192.0.2.12 | 192.0.2.12 | 00:01:", " | yes  | yes    |")
 	out, err = runCtl("node", "bgp", "why", "10.244.2.0/26", "--bgp-status-socket", sock)
 	if err == nil || !strings.Contains(err.Error(), "BGP is not running on this node") {
 		t.Errorf("bgp why with BGP off: %v\n%s", err, out)

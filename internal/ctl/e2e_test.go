@@ -17,6 +17,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // cli runs the binary as `calicoctl` against one etcd, as a user would.
@@ -241,11 +242,7 @@ func TestSeedExamplesApply(t *testing.T) {
 		t.Errorf("apply of two pools on 192.168.0.0/16: stderr lacks %q:\n%s", want, stderr)
 	}
 	out := c.ok("get", "ippools", "-o", "wide")
-	for _, want := range []string{"192-168-0-0-16", "192.168.0.0/16", "ippool2", "172.10.0.0/16", "Always", `calico == "2"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("ippools table lacks %q:\n%s", want, out)
-		}
-	}
+	texttest.Contains(t, "ippools table", out, "192-168-0-0-16", "192.168.0.0/16", "ippool2", "172.10.0.0/16", "Always", `calico == "2"`)
 	if strings.Contains(out, "ippool1") {
 		t.Errorf("the overlapping pool was written:\n%s", out)
 	}

@@ -43,6 +43,17 @@ func ipamFlags(hidden bool) map[string]cli.Flag {
 	}
 }
 
+// hiddenFlags is every flag of a verb, hidden and sorted by name: the
+// flags the verb's own command parses for its subcommands.
+func hiddenFlags(flags func(hidden bool) map[string]cli.Flag) []cli.Flag {
+	all := flags(true)
+	out := make([]cli.Flag, 0, len(all))
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		out = append(out, all[name])
+	}
+	return out
+}
+
 func pickFlags(all map[string]cli.Flag, names ...string) []cli.Flag {
 	out := make([]cli.Flag, len(names))
 	for i, n := range names {
@@ -53,16 +64,11 @@ func pickFlags(all map[string]cli.Flag, names ...string) []cli.Flag {
 
 // ipamCommand is `calicoctl ipam`.
 func ipamCommand() *cli.Command {
-	hidden := ipamFlags(true)
-	var parentFlags []cli.Flag
-	for _, name := range slices.Sorted(maps.Keys(hidden)) {
-		parentFlags = append(parentFlags, hidden[name])
-	}
 	f := ipamFlags(false)
 	return &cli.Command{
 		Name:            "ipam",
 		Usage:           "IP address management: show, check, release, configure",
-		Flags:           parentFlags,
+		Flags:           hiddenFlags(ipamFlags),
 		HideHelpCommand: true,
 		Subcommands: []*cli.Command{
 			{

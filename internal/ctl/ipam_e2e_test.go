@@ -15,6 +15,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/ipam"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // ipamFixture sets up, through the CLI and the ipam package, a datastore
@@ -119,30 +120,22 @@ func testIPAMShow(t *testing.T, e *dsEnv) {
 	f := newIPAMFixture(t, e)
 	c := f.c
 	out := c.ok("ipam", "show")
-	for _, want := range []string{
+	texttest.Contains(t, "ipam show", out,
 		"+----------+--------------+-----------+------------+-----------+\n",
 		"| GROUPING |     CIDR     | IPS TOTAL | IPS IN USE | IPS FREE  |\n",
 		"| IP Pool  | 10.60.0.0/24 |       256 | 3 (1%)     | 253 (99%) |\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("ipam show lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, "Block") {
 		t.Errorf("blocks shown without --show-blocks:\n%s", out)
 	}
 	out = c.ok("ipam", "show", "--show-blocks")
 	nodeBlock, _ := f.used.Prefix(26)
-	for _, want := range []string{
-		"| Block    | " + nodeBlock.String(), "host:node1",
-		"| Block    | " + f.goneBlock.String(), "host:gone",
+	texttest.Contains(t, "ipam show --show-blocks", out,
+		"| Block    | "+nodeBlock.String(), "host:node1",
+		"| Block    | "+f.goneBlock.String(), "host:gone",
 		"|        64 | 2 (3%)     | 62 (97%)  | host:node1 |", // node1's block: 2 of 64
 		"AFFINITY",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("ipam show --show-blocks lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	// Flags in every position calicoctl users put them.
 	positions := [][]string{
 		{"ipam", "show", "--ip=" + f.used.String()},
@@ -178,22 +171,18 @@ func testIPAMCheckAndRelease(t *testing.T, e *dsEnv) {
 	c := f.c
 	report := filepath.Join(t.TempDir(), "report.json")
 	out := c.ok("ipam", "check", "-o", report, "--show-problem-ips")
-	for _, want := range []string{
+	texttest.Contains(t, "ipam check", out,
 		"Found 2 IPAM blocks.",
 		"IPAM blocks record 3 allocations.",
 		"Found 2 workload IPs.",
-		"  " + f.leaked.String() + " leaked; attrs Main:k8s-pod-network.leaked Extra:namespace=default,node=node1,pod=leaked,timestamp=",
+		"  "+f.leaked.String()+" leaked; attrs Main:k8s-pod-network.leaked Extra:namespace=default,node=node1,pod=leaked,timestamp=",
 		"Found 1 IPs that are allocated in IPAM but not actually in use.",
 		"  k8s-pod-network.orphan doesn't have any active IPs.",
 		"Found 1 handles with no matching IPs (and 3 handles with matches).",
-		"  block " + f.goneBlock.String() + " is affine to missing node gone.",
+		"  block "+f.goneBlock.String()+" is affine to missing node gone.",
 		"Found 1 blocks affine to nodes that do not exist.",
 		"Check complete; found 3 problems.",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("ipam check lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	data, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
@@ -217,11 +206,7 @@ func testIPAMCheckAndRelease(t *testing.T, e *dsEnv) {
 
 	// Release from the report: exactly the leaked address and handle.
 	out = c.ok("ipam", "release", "--from-report="+report)
-	for _, want := range []string{"Released 1 IPs successfully", "Released 1 handles; 0 skipped; 0 errors."} {
-		if !strings.Contains(out, want) {
-			t.Errorf("release --from-report lacks %q:\n%s", want, out)
-		}
-	}
+	texttest.Contains(t, "release --from-report", out, "Released 1 IPs successfully", "Released 1 handles; 0 skipped; 0 errors.")
 	if _, err := f.ipam.Lookup(f.ctx, f.leaked); err == nil {
 		t.Errorf("%s still allocated", f.leaked)
 	}

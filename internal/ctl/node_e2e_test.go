@@ -19,6 +19,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // nodeFixture is a node's Calico state besides the Node: a pod address
@@ -126,11 +127,7 @@ func TestDeleteNodeKDD(t *testing.T) {
 	c := &cli{t: t, bin: filepath.Join(testbin.Dir(t), "calicoctl"), etcd: &etcdtest.Server{},
 		extEnv: []string{"DATASTORE_TYPE=kubernetes", "KUBECONFIG=" + k.Kubeconfig}}
 	stderr := c.fails("delete", "node", "n1")
-	for _, want := range []string{"Calico Nodes cannot be deleted", "delete the Kubernetes Node"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("stderr lacks %q: %s", want, stderr)
-		}
-	}
+	texttest.Contains(t, "stderr", stderr, "Calico Nodes cannot be deleted", "delete the Kubernetes Node")
 	t.Logf("calicoctl delete node n1 on KDD:\n%s", stderr)
 	f.cleaned("n1", ip)
 	if _, err := k.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -44,16 +42,11 @@ func explainFlags(hidden bool) map[string]cli.Flag {
 
 // policyCommand is `calicoctl policy`.
 func policyCommand() *cli.Command {
-	hidden := explainFlags(true)
-	var parentFlags []cli.Flag
-	for _, name := range slices.Sorted(maps.Keys(hidden)) {
-		parentFlags = append(parentFlags, hidden[name])
-	}
 	f := explainFlags(false)
 	return &cli.Command{
 		Name:            "policy",
 		Usage:           "explain what policy does to a packet",
-		Flags:           parentFlags,
+		Flags:           hiddenFlags(explainFlags),
 		HideHelpCommand: true,
 		Subcommands: []*cli.Command{{
 			Name: "explain",

@@ -12,6 +12,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // startKDD is a kube-apiserver with Calico's CRDs installed.
@@ -46,11 +47,7 @@ func TestRunKubernetesDatastore(t *testing.T) {
 	a.waitReady(t)
 	// Of the controllers an etcd manifest may name, those with nothing to
 	// do on KDD are left out with a warning; the node controller runs.
-	for _, want := range []string{"controller does not apply to the Kubernetes datastore", "controller=policy"} {
-		if !strings.Contains(a.logs.String(), want) {
-			t.Errorf("agent log lacks %q", want)
-		}
-	}
+	texttest.Contains(t, "agent log", a.logs.String(), "controller does not apply to the Kubernetes datastore", "controller=policy")
 	a.WaitFor(t, 30*time.Second, "the node controller standing for election alone", func() bool {
 		return strings.Contains(a.logs.String(), `msg="kube-controllers standing for election" component=kube-controllers controllers=[node] `)
 	})

@@ -16,8 +16,10 @@
 //	polltest/   waiting for what happens asynchronously: poll until it holds
 //	scaletest/  what the scale harnesses share: fleets of agent processes
 //	            reporting lines, /proc and Prometheus measurements
-//	storetest/  the etcd and Kubernetes datastores opened on those servers
+//	storetest/  the etcd and Kubernetes datastores opened on those servers,
+//	            and the resources tests write to them
 //	testbin/    the calico-node binary the tests share (CALICO_NODE_BIN)
 //	testsum/    make test's report: go test -json in; failures, skips with
 //	            their reasons and "N passed, N failed, N skipped" out
+//	texttest/   what a command printed holds each phrase a user looks for
 package testkit

@@ -179,23 +179,6 @@ func (tr *translator) hit(h sim.Hit) {
 			st.Text = "every tier passed the packet and no profile allowed it: Deny"
 		}
 		tr.cur.Verdict = Deny
-	case policy.OriginForwardDefault:
-		st.Text = "no applyOnForward policy governs routed traffic here: allowed"
-		tr.cur.Verdict = Allow
-	case policy.OriginEstablished:
-		st.Text = "part of an established connection: allowed"
-		tr.cur.Verdict = Allow
-	case policy.OriginInvalid:
-		st.Text = "conntrack calls the packet INVALID: dropped"
-		tr.cur.Verdict = Deny
-	case policy.OriginFailsafe:
-		st.Text = "failsafe ports are checked first"
-	case policy.OriginFailsafePort:
-		st.Text = "failsafe port " + o.Detail + ": allowed before any policy"
-		tr.cur.Verdict = Allow
-	case policy.OriginWorkloadEncap:
-		st.Text = o.Detail + " sent by a workload: dropped (allowVXLANPacketsFromWorkloads / allowIPIPPacketsFromWorkloads)"
-		tr.cur.Verdict = Deny
 	case policy.OriginEndpointToHost:
 		switch o.Detail {
 		case "ACCEPT":
@@ -205,18 +188,6 @@ func (tr *translator) hit(h sim.Hit) {
 		default:
 			st.Text, tr.cur.Verdict = "traffic from a workload to the host: defaultEndpointToHostAction Drop", Deny
 		}
-	case policy.OriginUnknownInterface:
-		st.Text = "no workload endpoint has this interface: dropped"
-		tr.cur.Verdict = Deny
-	case policy.OriginSpoofed:
-		st.Text = "the workload sent from an address that is not its own (reverse-path check): dropped"
-		tr.cur.Verdict = Deny
-	case policy.OriginSpoofAllowed:
-		st.Text = "source is one of " + o.Detail + "'s allowSpoofedSourcePrefixes: allowed"
-		tr.cur.Verdict = Allow
-	case policy.OriginHostToWorkload:
-		st.Text = "the host's traffic to its own workloads is not policed"
-		tr.cur.Verdict = Allow
 	case policy.OriginOverlay:
 		st.Text = o.Detail
 		if strings.HasPrefix(o.Detail, "Allow") {
@@ -224,18 +195,40 @@ func (tr *translator) hit(h sim.Hit) {
 		} else {
 			tr.cur.Verdict = Deny
 		}
-	case policy.OriginAccepted:
-		st.Text = "accepted: policy allowed the packet"
-		tr.cur.Verdict = Allow
-	case policy.OriginNATOutgoing:
-		st.Text = "leaves a natOutgoing pool for outside the pools: source NAT"
-	case policy.OriginServiceLoop:
-		st.Text = "to the advertised service range " + o.Detail + " without a service (not DNAT-ed): stopped (serviceLoopPrevention)"
-		tr.cur.Verdict = Deny
 	default:
-		st.Text = o.Kind.String()
+		ns, ok := nodeSteps[o.Kind]
+		if !ok {
+			st.Text = o.Kind.String()
+			break
+		}
+		st.Text = ns.text
+		if strings.Contains(ns.text, "%s") {
+			st.Text = fmt.Sprintf(ns.text, o.Detail)
+		}
+		if ns.verdict != "" {
+			tr.cur.Verdict = ns.verdict
+		}
 	}
 	tr.add(st)
+}
+
+// nodeSteps is what the node's own rules of each kind say, %s standing for
+// the origin's Detail, and the verdict they give the section ("": none,
+// the packet goes on).
+var nodeSteps = map[policy.OriginKind]struct{ text, verdict string }{
+	policy.OriginForwardDefault:   {"no applyOnForward policy governs routed traffic here: allowed", Allow},
+	policy.OriginEstablished:      {"part of an established connection: allowed", Allow},
+	policy.OriginInvalid:          {"conntrack calls the packet INVALID: dropped", Deny},
+	policy.OriginFailsafe:         {"failsafe ports are checked first", ""},
+	policy.OriginFailsafePort:     {"failsafe port %s: allowed before any policy", Allow},
+	policy.OriginWorkloadEncap:    {"%s sent by a workload: dropped (allowVXLANPacketsFromWorkloads / allowIPIPPacketsFromWorkloads)", Deny},
+	policy.OriginUnknownInterface: {"no workload endpoint has this interface: dropped", Deny},
+	policy.OriginSpoofed:          {"the workload sent from an address that is not its own (reverse-path check): dropped", Deny},
+	policy.OriginSpoofAllowed:     {"source is one of %s's allowSpoofedSourcePrefixes: allowed", Allow},
+	policy.OriginHostToWorkload:   {"the host's traffic to its own workloads is not policed", Allow},
+	policy.OriginAccepted:         {"accepted: policy allowed the packet", Allow},
+	policy.OriginNATOutgoing:      {"leaves a natOutgoing pool for outside the pools: source NAT", ""},
+	policy.OriginServiceLoop:      {"to the advertised service range %s without a service (not DNAT-ed): stopped (serviceLoopPrevention)", Deny},
 }
 
 // noPolicy reports whether the open section met no policy at all.

@@ -1,7 +1,9 @@
 // Package storetest opens the Calico datastores tests run against: the
 // etcd one on an etcdtest server, the Kubernetes one on a kubetest API
 // server with Calico's CRDs installed. Each store is closed when the test
-// ends.
+// ends. It also writes and reads the resources tests store: the Profiles
+// the Kubernetes datastore makes of namespaces and service accounts, and
+// a document stream decoded as calicoctl apply decodes it.
 //
 // Design: the stores are the product's (internal/datastore/etcd and kdd),
 // opened with the configuration a node would give them; the datastore
