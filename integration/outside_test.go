@@ -167,7 +167,7 @@ func TestKDDOutsideAPod(t *testing.T) {
 				Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: "default", Containers: []corev1.Container{{Name: "c", Image: "none"}}}})
 			n.cni = libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(),
 				&envExec{Exec: &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}}, env: tc.env})
-			served := n.metric(t, `calico_cni_server_requests_total{result="served"}`)
+			served := n.metric(t, `calico_cni_server_requests_total{reason="",result="served"}`)
 			added, err := n.cniAdd(t, "default", pod)
 			if err != nil {
 				t.Fatalf("CNI ADD with calico-node's RBAC: %v\nagent:\n%s", err, agent.Log.Tail(30))
@@ -190,7 +190,7 @@ func TestKDDOutsideAPod(t *testing.T) {
 			if tc.env == nil {
 				wantServed++
 			}
-			if now := n.metric(t, `calico_cni_server_requests_total{result="served"}`); now != wantServed {
+			if now := n.metric(t, `calico_cni_server_requests_total{reason="",result="served"}`); now != wantServed {
 				t.Errorf("the agent served %v ADDs, want %v", now-served, wantServed-served)
 			}
 		})

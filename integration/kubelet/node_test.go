@@ -245,8 +245,11 @@ func TestKubeletNode(t *testing.T) {
 		if len(declined) > 0 {
 			t.Errorf("the agent declined CNI commands (by reason): %v; served %d", declined, served)
 		}
-		if served < 3*probePods {
-			t.Errorf("the agent served %d CNI commands, want at least 3 per probe pod (%d): an ADD and two DELs", served, 3*probePods)
+		// kubelet's later DELs come on its own schedule (garbage
+		// collection), so not every pod has had its second by now: an
+		// ADD and a DEL of each pod is what must have been served.
+		if served < 2*probePods {
+			t.Errorf("the agent served %d CNI commands, want at least 2 per probe pod (%d): its ADD and its DEL", served, 2*probePods)
 		}
 		if err := agent.stop(); err != nil {
 			t.Errorf("agent exit: %v", err)
