@@ -180,7 +180,9 @@ func TestDataplaneNoneServesCNI(t *testing.T) {
 	}
 	// An IPAM ADD as the runtime sends it: the agent runs it (and counts
 	// it served) and answers with an address of the default pool.
-	served := func() float64 { return n.metric(t, 9099, `calico_cni_server_requests_total{reason="",result="served"}`) }
+	served := func() float64 {
+		return n.metric(t, 9099, `calico_cni_server_requests_total{reason="",result="served"}`)
+	}
 	before := served()
 	p.WaitFor(t, 60*time.Second, "the node's registration", func() bool { return strings.Contains(p.Log.String(), "node registered") })
 	pod := netnstest.New(t, "ipampod")
