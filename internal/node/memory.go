@@ -47,15 +47,15 @@ func (m *memoryTrimmer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			now := m.allocated()
-			if now-last < trimThreshold {
+			since := m.allocated() - last
+			if since < trimThreshold {
 				continue
 			}
 			start := time.Now()
 			m.trim()
 			// The trim's own allocations do not count.
 			last = m.allocated()
-			m.log.Debug("returned free heap to the kernel", "allocated", now-last, "took", time.Since(start))
+			m.log.Debug("returned free heap to the kernel", "allocated", since, "took", time.Since(start))
 		}
 	}
 }
