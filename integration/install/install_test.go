@@ -133,7 +133,10 @@ func install(t *testing.T, fl flavour) {
 		}
 	})
 
-	if _, err := kube.RunKubectl(nil, "-n", "kube-system", "rollout", "status", "daemonset/calico-node", "--timeout="+dsWait.String()); err != nil {
+	// Not "kubectl rollout status": it reports a DaemonSet rolled out when
+	// the controller's first status has none desired, which it can write
+	// before it has seen the node.
+	if err := waitCalicoReady(kube, dsWait); err != nil {
 		t.Fatalf("calico-node DaemonSet not ready: %v\n%s", err, diagnose(kube, node))
 	}
 	t.Logf("kubectl apply to calico-node Ready: %v", time.Since(start).Round(time.Millisecond))
@@ -307,6 +310,34 @@ func calicoPod(t *testing.T, kube *kubetest.Cluster) corev1.Pod {
 		t.Fatalf("calico-node pods: %v %+v", err, pods)
 	}
 	return pods.Items[0]
+}
+
+// waitCalicoReady waits until the node's one calico-node pod is Ready, as
+// the DaemonSet's status and the pod's own both say.
+func waitCalicoReady(kube *kubetest.Cluster, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	last := "no status yet"
+	for {
+		ds, err := kube.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "calico-node", metav1.GetOptions{})
+		if err == nil {
+			st := ds.Status
+			last = fmt.Sprintf("desired %d, ready %d, available %d", st.DesiredNumberScheduled, st.NumberReady, st.NumberAvailable)
+			if st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1 {
+				pods, err := kube.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=calico-node"})
+				if err == nil && len(pods.Items) == 1 && len(pods.Items[0].Status.ContainerStatuses) == 1 && pods.Items[0].Status.ContainerStatuses[0].Ready {
+					return nil
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %v: %s", timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // diagnose is what a user would look at when the DaemonSet does not come
