@@ -387,6 +387,10 @@ func (a *actors) run(ctx context.Context) error {
 	if a.statusAPI != nil {
 		g.add("status api", a.statusAPI.Run)
 	}
+	// Go's pprof, when FELIX_DEBUGPORT asks for it (debug.go).
+	if addr := debugAddr(a.felixEnv); addr != "" {
+		g.add("debug server", debugServer(addr, a.log))
+	}
 	// Free heap back to the kernel after bursts (memory.go).
 	if a.memory != nil {
 		g.add("memory trimmer", a.memory.Run)
