@@ -54,11 +54,23 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 		debug = "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
 		env = append(env, "FELIX_DEBUGHOST=127.0.0.1", "FELIX_DEBUGPORT="+debug[len("127.0.0.1:"):])
 	}
-	heapProfile := func(name string) {
+	// heapProfile saves the agent's memory map and its runtime's
+	// statistics as they are at the reading, then the profile.
+	heapProfile := func(name string, pid int) {
 		if profileDir == "" {
 			return
 		}
-		if err := saveURL("http://"+debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, name)); err != nil {
+		smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(profileDir, name+".smaps"), smaps, 0o644)
+		}
+		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/heap?debug=1", filepath.Join(profileDir, name+".txt"))
+		}
+		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, name))
+		}
+		if err != nil {
 			b.Fatalf("agent heap profile: %v", err)
 		}
 	}
@@ -91,7 +103,7 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	time.Sleep(settle)
 	var m agentMemory
 	m.idle = procMemory(b, agent.Cmd.Process.Pid)
-	heapProfile("idle.heap")
+	heapProfile("idle.heap", agent.Cmd.Process.Pid)
 
 	start := time.Now()
 	for _, o := range objs {
@@ -107,7 +119,7 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	time.Sleep(settle)
 	m.loaded = procMemory(b, agent.Cmd.Process.Pid)
 	m.loadedHeap = int64(metric("go_memstats_heap_inuse_bytes"))
-	heapProfile("loaded.heap")
+	heapProfile("loaded.heap", agent.Cmd.Process.Pid)
 	return m
 }
 
