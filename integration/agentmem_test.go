@@ -68,6 +68,9 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 			err = saveURL("http://"+debug+"/debug/pprof/heap?debug=1", filepath.Join(profileDir, name+".txt"))
 		}
 		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/goroutine?debug=1", filepath.Join(profileDir, name+".goroutines"))
+		}
+		if err == nil {
 			err = saveURL("http://"+debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, name))
 		}
 		if err != nil {
