@@ -10,10 +10,12 @@ import (
 // Plan is what Apply would write now, in the order it would.
 type Plan struct {
 	// IPSets is the `ipset restore` input that creates and refills the
-	// changed sets (before the rules that use them).
+	// new sets and adds and deletes the changed members of the others
+	// (before the rules that use them).
 	IPSets string
-	// Restore is the `iptables-restore --noflush` input: the changed
-	// chains whole, misplaced hooks, stale chains flushed and deleted.
+	// Restore is the `iptables-restore --noflush` input: the rules missing
+	// from chains that only gain rules inserted, other changed chains
+	// whole, misplaced hooks, stale chains flushed and deleted.
 	Restore string
 	// DestroySets is the `ipset restore` input that destroys the sets no
 	// rule uses any more (after the rules).
