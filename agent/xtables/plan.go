@@ -35,8 +35,14 @@ func (p *Programmer) Plan(ctx context.Context, f *policy.Family) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	return p.planAgainst(f, known)
+}
+
+// planAgainst is what Apply would write over known to make it hold f.
+func (p *Programmer) planAgainst(f *policy.Family, known *kernelState) (Plan, error) {
 	var out Plan
 	var n int
+	var err error
 	if out.IPSets, n, err = p.setsPayload(f.IPSets, known.sets); err != nil {
 		return out, err
 	}
