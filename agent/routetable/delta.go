@@ -138,13 +138,17 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 	t.passes++
 	t.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil // the next pass lists the kernel again
+		t.relist = true // the next pass lists the kernel again
 		return err
 	}
+	report := t.onApplied != nil
 	for _, k := range gone {
 		if prev, ok := t.last[k]; ok {
 			t.m.change(&prev, nil)
 			delete(t.last, k)
+			if report {
+				t.appliedDel = append(t.appliedDel, prev)
+			}
 		}
 	}
 	for k, w := range written {
@@ -158,6 +162,9 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 			t.m.change(nil, &w)
 		}
 		t.last[k] = w
+		if report {
+			t.appliedSet = append(t.appliedSet, w)
+		}
 	}
 	t.m.flush()
 	t.signalApplied()

@@ -64,12 +64,19 @@ type Table struct {
 	// (owned by Run): changes between full resyncs are applied as a diff
 	// against it, without listing the kernel's routes.
 	last map[string]routes.Route
+	// relist: a pass failed, so last no longer says what the kernel has
+	// and the next pass lists it (owned by Run). last is kept: it is
+	// still what onApplied was last told.
+	relist bool
 	// skipped counts the wanted routes the last pass left out because
 	// their device does not exist yet (owned by Run).
 	skipped int
 
-	// onApplied hears of every successful pass (set before Run).
-	onApplied func(installed []routes.Route)
+	// onApplied hears of every successful pass what it changed in last
+	// (set before Run); appliedSet and appliedDel are that change, built
+	// by the pass (owned by Run).
+	onApplied              func(set, del []routes.Route)
+	appliedSet, appliedDel []routes.Route
 
 	// What the last pass left in the kernel and why it left some wanted
 	// routes out, by key, for Inspect (under mu; replaced, never mutated).
@@ -312,11 +319,18 @@ func (t *Table) kick() {
 	}
 }
 
-// OnApplied has f told, after every successful pass of Run, every route
-// the table has installed (a fresh slice f may keep): so that CNI ADD can
-// wait for a pod's route (agent/epstatus). Call before Run; f runs on
-// Run's goroutine and must be quick.
-func (t *Table) OnApplied(f func(installed []routes.Route)) { t.onApplied = f }
+// OnApplied has f told, after every successful pass of Run, how the
+// routes the table has installed changed since f was last called: set
+// holds the routes installed or changed, del those removed (fresh slices f
+// may keep; a table and destination is in at most one of them). The first
+// call sets every installed route, so applying each call's changes in
+// turn gives what the table has installed: so that CNI ADD can wait for a
+// pod's route (agent/epstatus). f is called after every successful pass,
+// changes or not. Changes rather than the whole set: a burst of BGP
+// routes passes many times, and copying 10,000 routes for each pass cost
+// more than the pass. Call before Run (a Reconcile called outside Run
+// is not reported); f runs on Run's goroutine and must be quick.
+func (t *Table) OnApplied(f func(set, del []routes.Route)) { t.onApplied = f }
 
 // Applied returns a channel closed after the next successful reconcile.
 func (t *Table) Applied() <-chan struct{} {
@@ -360,19 +374,12 @@ func (t *Table) Run(ctx context.Context) error {
 		if !t.ready() {
 			continue
 		}
-		if err := t.pass(full); err != nil {
+		if err := t.passAndReport(full); err != nil {
 			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
 			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
 			continue
 		}
 		backoff = 0
-		if t.onApplied != nil {
-			installed := make([]routes.Route, 0, len(t.last))
-			for _, r := range t.last {
-				installed = append(installed, r)
-			}
-			t.onApplied(installed)
-		}
 		if t.skipped > 0 {
 			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
 		} else {
@@ -381,11 +388,24 @@ func (t *Table) Run(ctx context.Context) error {
 	}
 }
 
+// passAndReport is one pass of Run's and, when it succeeds, its report
+// to onApplied.
+func (t *Table) passAndReport(full bool) error {
+	t.appliedSet, t.appliedDel = nil, nil // the pass notes its changes here
+	if err := t.pass(full); err != nil {
+		return err
+	}
+	if t.onApplied != nil {
+		t.onApplied(t.appliedSet, t.appliedDel)
+	}
+	return nil
+}
+
 // pass is one reconcile of Run's: full lists the kernel; otherwise only
 // what changed since the last pass is written, merging every source after
 // a Set and looking only at the touched destinations after Updates.
 func (t *Table) pass(full bool) error {
-	if full || t.last == nil {
+	if full || t.last == nil || t.relist {
 		return t.Reconcile()
 	}
 	if keys, all := t.takeTouched(); !all {
@@ -452,10 +472,10 @@ func (t *Table) Reconcile() error {
 	errs = append(errs, t.writeReporting(ops, keys, d.problems)...)
 	t.record(d.want, d.problems)
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil // next pass lists the kernel again
+		t.relist = true
 		return err
 	}
-	t.last = d.want
+	t.replaceLast(d.want)
 	t.m.count(d.want)
 	t.signalApplied()
 	return nil
@@ -662,13 +682,31 @@ func (t *Table) applyDiff() error {
 	errs = append(errs, t.writeReporting(ops, keys, problems)...)
 	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil
+		t.relist = true
 		return err
 	}
-	t.last = want
+	t.replaceLast(want)
 	t.m.count(want)
 	t.signalApplied()
 	return nil
+}
+
+// replaceLast makes next what the kernel holds after a pass that
+// computed it whole, noting for onApplied what changed against last.
+func (t *Table) replaceLast(next map[string]routes.Route) {
+	if t.onApplied != nil {
+		for k, r := range t.last {
+			if _, ok := next[k]; !ok {
+				t.appliedDel = append(t.appliedDel, r)
+			}
+		}
+		for k, r := range next {
+			if prev, ok := t.last[k]; !ok || prev != r {
+				t.appliedSet = append(t.appliedSet, r)
+			}
+		}
+	}
+	t.last, t.relist = next, false
 }
 
 func (t *Table) signalApplied() {
