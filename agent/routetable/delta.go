@@ -18,11 +18,11 @@ func (t *Table) Update(source string, set, del []routes.Route) {
 	t.mu.Lock()
 	m := t.sources[source]
 	if m == nil {
-		m = map[string]routes.Route{}
+		m = map[routeKey]routes.Route{}
 		t.sources[source] = m
 	}
 	if t.touched == nil {
-		t.touched = map[string]bool{}
+		t.touched = map[routeKey]bool{}
 	}
 	for _, r := range del {
 		k := key(r)
@@ -40,7 +40,7 @@ func (t *Table) Update(source string, set, del []routes.Route) {
 
 // takeTouched returns and forgets the keys Updates changed, or all when a
 // Set happened since the last pass.
-func (t *Table) takeTouched() (keys map[string]bool, all bool) {
+func (t *Table) takeTouched() (keys map[routeKey]bool, all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	keys, all = t.touched, t.all
@@ -50,7 +50,7 @@ func (t *Table) takeTouched() (keys map[string]bool, all bool) {
 
 // winner is the route the sources want for k: the first source's in
 // sourceOrder (caller holds mu).
-func (t *Table) winner(order []string, k string) (routes.Route, bool) {
+func (t *Table) winner(order []string, k routeKey) (routes.Route, bool) {
 	for _, n := range order {
 		if r, ok := t.sources[n][k]; ok {
 			return r, true
@@ -63,23 +63,23 @@ func (t *Table) winner(order []string, k string) (routes.Route, bool) {
 // last pass could not write (a missing device): it writes what changed
 // for them against t.last and updates t.last, and what Inspect shows, in
 // place. It costs in proportion to the change, not to the table.
-func (t *Table) applyDelta(touched map[string]bool) error {
+func (t *Table) applyDelta(touched map[routeKey]bool) error {
 	t.mu.Lock()
 	keys := maps.Clone(touched)
 	if keys == nil {
-		keys = map[string]bool{}
+		keys = map[routeKey]bool{}
 	}
 	for k := range t.problems {
 		keys[k] = true
 	}
 	order := t.sourceOrder()
-	want := make(map[string]routes.Route, len(keys))
+	want := make(map[routeKey]routes.Route, len(keys))
 	for k := range keys {
 		if r, ok := t.winner(order, k); ok {
 			want[k] = r
 		}
 	}
-	problems := map[string]string{}
+	problems := map[routeKey]string{}
 	for k, p := range t.problems {
 		if !keys[k] {
 			problems[k] = p
@@ -89,9 +89,9 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 
 	t.skipped = 0
 	var ops []Op
-	var opKeys []string
-	written := map[string]routes.Route{} // keys to set in last once written
-	var gone []string                    // keys to drop from last
+	var opKeys []routeKey
+	written := map[routeKey]routes.Route{} // keys to set in last once written
+	var gone []routeKey                    // keys to drop from last
 	for k := range keys {
 		w, wanted := want[k]
 		prev, had := t.last[k]

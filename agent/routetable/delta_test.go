@@ -101,15 +101,15 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 			sources := []string{routes.SourceBGP, routes.SourceBlackhole, routes.SourceWorkloads}
-			want := map[string]map[string]routes.Route{}
+			want := map[string]map[routeKey]routes.Route{}
 			for _, s := range sources {
-				want[s] = map[string]routes.Route{}
+				want[s] = map[routeKey]routes.Route{}
 			}
 			for step := range 200 {
 				s := sources[rng.IntN(len(sources))]
 				if rng.IntN(10) == 0 {
 					var rs []routes.Route
-					want[s] = map[string]routes.Route{}
+					want[s] = map[routeKey]routes.Route{}
 					for range rng.IntN(30) {
 						r := randRoute(rng)
 						if !hasKey(want[s], key(r)) {
@@ -260,11 +260,11 @@ func TestOnAppliedAddsUpToInstalled(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 2))
 			k := &flakyKernel{&memKernel{links: []string{"eth0", "tunl0"}, routes: map[string]netlink.Route{}}, rng}
 			tbl := New(k, 0, quiet())
-			view := map[string]routes.Route{} // what the reports add up to
+			view := map[routeKey]routes.Route{} // what the reports add up to
 			reported := false
 			tbl.OnApplied(func(set, del []routes.Route) {
 				reported = true
-				seen := map[string]bool{}
+				seen := map[routeKey]bool{}
 				for _, r := range del {
 					if seen[key(r)] {
 						t.Errorf("%s reported twice in one pass", key(r))
