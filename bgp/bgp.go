@@ -61,7 +61,7 @@ type Reporter interface {
 // batches did.
 const (
 	publishCostPerRoute = 500 * time.Nanosecond
-	exposeCostPerRoute  = 5 * time.Microsecond
+	exposeCostPerRoute  = 10 * time.Microsecond
 	maxPublishInterval  = 100 * time.Millisecond
 )
 
@@ -417,8 +417,9 @@ func (a *Actor) onEvent(ev *api.WatchEventResponse) {
 				a.changed[l.Prefix] = true
 				changed = true
 				if withdrawn {
-					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop,
-						Why: "the last path, from " + old.Peer.String() + " via " + old.NextHop.String() + ", was withdrawn"})
+					// Why stays empty: reason() words it when asked, not
+					// for each of a burst of withdrawals.
+					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop})
 				}
 			}
 			if local {

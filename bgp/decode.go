@@ -6,7 +6,6 @@ import (
 
 	api "github.com/osrg/gobgp/v3/api"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // The messages decodeBest reads out of a path's Any fields, by name.
@@ -32,15 +31,9 @@ const (
 // path of a 10,000-route burst one at a time, and the messages it would
 // build were garbage the moment they were read.
 func decodeBest(p *api.Path) (l Learned, withdrawn, local bool, err error) {
-	pfx, bits, err := decodePrefix(p.Nlri)
-	if err != nil {
-		return l, false, false, fmt.Errorf("decode NLRI: %w", err)
+	if l.Prefix, err = pathPrefix(p); err != nil {
+		return l, false, false, err
 	}
-	addr, err := netip.ParseAddr(pfx)
-	if err != nil {
-		return l, false, false, fmt.Errorf("decode NLRI %q: %w", pfx, err)
-	}
-	l.Prefix = netip.PrefixFrom(addr.Unmap(), int(bits)).Masked()
 	if p.IsWithdraw {
 		return l, true, false, nil
 	}
@@ -49,6 +42,41 @@ func decodeBest(p *api.Path) (l Learned, withdrawn, local bool, err error) {
 		return l, false, true, nil
 	}
 	l.Peer = peer.Unmap()
+	l.NextHop = pathNextHop(p)
+	return l, false, false, nil
+}
+
+// pathPrefix is the destination of p's NLRI, an IPAddressPrefix.
+func pathPrefix(p *api.Path) (netip.Prefix, error) {
+	a := p.Nlri
+	if a == nil || a.MessageName() != nameIPPrefix {
+		return netip.Prefix{}, fmt.Errorf("decode NLRI: not an %s: %s", nameIPPrefix, a.GetTypeUrl())
+	}
+	var pfx string
+	var bits uint64
+	fs := fields{b: a.Value}
+	for f, ok := fs.next(); ok; f, ok = fs.next() {
+		switch {
+		case f.num == fieldPrefixLen && f.typ == protowire.VarintType:
+			bits = f.v
+		case f.num == fieldPrefix && f.typ == protowire.BytesType:
+			pfx = string(f.data)
+		}
+	}
+	if fs.err != nil {
+		return netip.Prefix{}, fmt.Errorf("decode NLRI: %w", fs.err)
+	}
+	addr, err := netip.ParseAddr(pfx)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("decode NLRI %q: %w", pfx, err)
+	}
+	return netip.PrefixFrom(addr.Unmap(), int(bits)).Masked(), nil
+}
+
+// pathNextHop is the next hop p's NEXT_HOP or MP_REACH_NLRI attribute
+// names (the first of the latter's); invalid when it has none.
+func pathNextHop(p *api.Path) netip.Addr {
+	var nh netip.Addr
 	for _, a := range p.Pattrs {
 		var field protowire.Number
 		switch a.MessageName() {
@@ -59,30 +87,11 @@ func decodeBest(p *api.Path) (l Learned, withdrawn, local bool, err error) {
 		default:
 			continue
 		}
-		// The first next hop (of a repeated field: its first element).
-		if nh, ok := firstString(a.Value, field); ok {
-			l.NextHop, _ = netip.ParseAddr(nh)
+		if s, ok := firstString(a.Value, field); ok {
+			nh, _ = netip.ParseAddr(s)
 		}
 	}
-	l.NextHop = l.NextHop.Unmap()
-	return l, false, false, nil
-}
-
-// decodePrefix reads an IPAddressPrefix NLRI.
-func decodePrefix(a *anypb.Any) (prefix string, bits uint64, err error) {
-	if a == nil || a.MessageName() != nameIPPrefix {
-		return "", 0, fmt.Errorf("not an %s: %s", nameIPPrefix, a.GetTypeUrl())
-	}
-	fs := fields{b: a.Value}
-	for f, ok := fs.next(); ok; f, ok = fs.next() {
-		switch {
-		case f.num == fieldPrefixLen && f.typ == protowire.VarintType:
-			bits = f.v
-		case f.num == fieldPrefix && f.typ == protowire.BytesType:
-			prefix = string(f.data)
-		}
-	}
-	return prefix, bits, fs.err
+	return nh.Unmap()
 }
 
 // firstString is the first value of the string field num in the message
