@@ -2,7 +2,6 @@ package routetable
 
 import (
 	"errors"
-	"maps"
 
 	"github.com/projectcalico/calico-node/agent/routes"
 )
@@ -64,38 +63,40 @@ func (t *Table) winner(order []string, k routeKey) (routes.Route, bool) {
 // for them against t.last and updates t.last, and what Inspect shows, in
 // place. It costs in proportion to the change, not to the table.
 func (t *Table) applyDelta(touched map[routeKey]bool) error {
+	// Slices rather than maps where a key is only visited: in a burst
+	// every map operation here is one per route.
+	type wanted struct {
+		k  routeKey
+		w  routes.Route
+		ok bool // some source wants k
+	}
 	t.mu.Lock()
-	keys := maps.Clone(touched)
-	if keys == nil {
-		keys = map[routeKey]bool{}
+	order := t.sourceOrder()
+	keys := make([]wanted, 0, len(touched)+len(t.problems))
+	add := func(k routeKey) {
+		w, ok := t.winner(order, k)
+		keys = append(keys, wanted{k, w, ok})
+	}
+	for k := range touched {
+		add(k)
 	}
 	for k := range t.problems {
-		keys[k] = true
-	}
-	order := t.sourceOrder()
-	want := make(map[routeKey]routes.Route, len(keys))
-	for k := range keys {
-		if r, ok := t.winner(order, k); ok {
-			want[k] = r
-		}
-	}
-	problems := map[routeKey]string{}
-	for k, p := range t.problems {
-		if !keys[k] {
-			problems[k] = p
+		if !touched[k] {
+			add(k)
 		}
 	}
 	t.mu.Unlock()
 
 	t.skipped = 0
+	problems := map[routeKey]string{} // every earlier problem's key is looked at again
 	var ops []Op
 	var opKeys []routeKey
-	written := map[routeKey]routes.Route{} // keys to set in last once written
-	var gone []routeKey                    // keys to drop from last
-	for k := range keys {
-		w, wanted := want[k]
+	var written []wanted // to set in last once written
+	var gone []routeKey  // to drop from last
+	for _, kw := range keys {
+		k, w := kw.k, kw.w
 		prev, had := t.last[k]
-		if !wanted {
+		if !kw.ok {
 			if had {
 				gone = append(gone, k)
 				if nr, err := t.toNetlink(prev); err == nil { // else its device is gone, and the route with it
@@ -105,7 +106,7 @@ func (t *Table) applyDelta(touched map[routeKey]bool) error {
 			continue
 		}
 		if had && prev == w {
-			written[k] = w // in place already; maybe after a problem
+			written = append(written, kw) // in place already; maybe after a problem
 			continue
 		}
 		nr, err := t.toNetlink(w)
@@ -119,7 +120,7 @@ func (t *Table) applyDelta(touched map[routeKey]bool) error {
 			continue
 		}
 		ops, opKeys = append(ops, Op{Route: nr}), append(opKeys, k)
-		written[k] = w
+		written = append(written, kw)
 	}
 	// A refused route fails the pass: written is then not recorded, and
 	// its problem keeps it out of shown.
@@ -128,7 +129,9 @@ func (t *Table) applyDelta(touched map[routeKey]bool) error {
 	for _, k := range gone {
 		delete(t.shown, k)
 	}
-	maps.Copy(t.shown, written)
+	for _, kw := range written {
+		t.shown[kw.k] = kw.w
+	}
 	// shown holds what is in the kernel as wanted: not a route kept
 	// while its replacement waits for a device.
 	for k := range problems {
@@ -151,7 +154,8 @@ func (t *Table) applyDelta(touched map[routeKey]bool) error {
 			}
 		}
 	}
-	for k, w := range written {
+	for _, kw := range written {
+		k, w := kw.k, kw.w
 		prev, had := t.last[k]
 		if had && prev == w {
 			continue

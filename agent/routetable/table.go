@@ -70,8 +70,8 @@ type Table struct {
 
 	mu       sync.Mutex
 	sources  map[string]map[routeKey]routes.Route // by source, then key
-	expected map[string]bool                    // sources to wait for before the first write
-	dirty    chan struct{}                      // 1-slot: coalesces wake-ups
+	expected map[string]bool                      // sources to wait for before the first write
+	dirty    chan struct{}                        // 1-slot: coalesces wake-ups
 	// touched are the keys Update changed since the last pass; all: a Set
 	// did, so the next pass merges every source (under mu).
 	touched map[routeKey]bool
