@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,32 +190,8 @@ func TestAgentViewKDD(t *testing.T) {
 // (nil: none) and returns its socket.
 func startViewServer(t *testing.T, view *cni.AgentView) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cniview")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "cni.sock")
-	srv := cni.NewServer(sock, nil, slog.New(slog.DiscardHandler))
-	srv.View = view
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return sock
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server did not listen")
-		}
-	}
+	_, sock := startServerWith(t, nil, func(s *cni.Server) { s.View = view })
+	return sock
 }
 
 // heldPods is the agent's pod watch with some pods held at an old copy
