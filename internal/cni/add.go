@@ -64,8 +64,11 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	// is in the undo list.
 	defer tx.collectVeth()
 
+	// In the agent, on its own Kubernetes datastore, the pod may come
+	// from the agent's watch (view.go) instead of two GETs.
+	viewed, vs := inv.agentPod(ctx)
 	var podCh chan podResult
-	if inv.k8s != nil && inv.conf.k8sAPIConfigured() {
+	if viewed == nil && inv.k8s != nil && inv.conf.k8sAPIConfigured() {
 		podCh = make(chan podResult, 1)
 		go func() {
 			info, err := fetchPodInfo(ctx, inv.conf, inv.k8s.namespace, inv.k8s.pod)
@@ -90,7 +93,14 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	// any address is allocated.
 	readyCh := make(chan error, 1)
 	go func() { readyCh <- checkReady(ctx, store) }()
-	existing, err := findEndpoint(ctx, store, ids)
+	var existing *api.WorkloadEndpoint
+	if viewed != nil {
+		if viewed.ep != nil && ids.matches(viewed.ep) {
+			existing = viewed.ep
+		}
+	} else {
+		existing, err = findEndpoint(ctx, store, ids)
+	}
 	if rerr := <-readyCh; rerr != nil {
 		return rerr
 	}
@@ -99,6 +109,9 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	}
 	inv.phase("look up endpoint")
 	var pod *podInfo
+	if viewed != nil {
+		pod = viewed.info
+	}
 	if podCh != nil {
 		r := <-podCh
 		if r.err != nil {
@@ -155,8 +168,20 @@ func (inv *invocation) add(ctx context.Context) (err error) {
 	inv.phase("write endpoint and profile")
 	progress.written(ep)
 
-	// 4. The agent's dataplane: the endpoint's policy and routes.
-	if err := inv.waitProgrammed(ctx, ep); err != nil {
+	// 4. The agent's dataplane: the endpoint's policy and routes, and
+	// meanwhile, for a pod from the agent's watch, the check that the
+	// pod did not change under the ADD.
+	checked := make(chan error, 1)
+	if viewed != nil {
+		go func() { checked <- inv.checkAgentPod(ctx, vs, viewed.info, ep.ResourceVersion) }()
+	} else {
+		checked <- nil
+	}
+	err = inv.waitProgrammed(ctx, ep)
+	if cerr := <-checked; cerr != nil {
+		return cerr
+	}
+	if err != nil {
 		return err
 	}
 

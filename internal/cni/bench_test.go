@@ -45,17 +45,20 @@ import (
 //
 // Part 2, the agent stopped (as while it restarts): the plugin process
 // does all the work itself; the same plugin code built alone
-// (testdata/cnionly) shows what starting the full binary costs. Beside
-// it, the Kubernetes datastore: the same plugin with "datastore_type":
-// "kubernetes" against a real kube-apiserver (package kubetest, on
-// loopback), served by the agent's CNI server in this process (no
-// dataplane: the agent of part 1 is on etcd), on Kubernetes pods (a Pod
-// object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet runs
-// it): the plugin reads the Pod and its Namespace, allocates from
-// ipamblocks/blockaffinities/ipamhandles and writes the Pod's
-// cni.projectcalico.org annotations. Its pods are fresh for each mode, as
-// a new pod's sandbox is. Every container ID is 64 hex digits, as a
-// runtime makes them.
+// (testdata/cnionly) shows what starting the full binary costs.
+//
+// Part 3, the Kubernetes datastore as deployed: `calico-node run` with
+// DATASTORE_TYPE=kubernetes (startAgent again: iptables dataplane and
+// BGP on, KUBECONFIG to a real kube-apiserver of package kubetest, on
+// loopback) serves the same plugin with "datastore_type": "kubernetes",
+// beside its own ptp + host-local row. Its pods are Kubernetes pods (a
+// Pod object each, bound to the node, K8S_POD_* in CNI_ARGS, as kubelet
+// runs it), fresh for each mode as a new pod's sandbox is: the agent
+// reads the Pod, its Namespace and ClusterInformation, allocates from
+// ipamblocks/blockaffinities/ipamhandles, writes the Pod's
+// cni.projectcalico.org annotations and waits for its dataplane, as on
+// etcd; resident pods stay on the node as in part 1. Every container ID
+// is 64 hex digits, as a runtime makes them.
 //
 // It runs its own fixed number of operations (CNI_BENCH_N, default 200)
 // whatever b.N is: percentiles need many samples of the same thing.
@@ -135,17 +138,18 @@ func BenchmarkCNI(b *testing.B) {
 
 	// The Kubernetes datastore: its own API server, node, pool and Pods.
 	var k *env
-	var kddConf []byte
 	kddPods := map[string][]*pod{} // by mode
 	if withKDD {
 		k = newKDDEnv(b)
 		k.addNode(k.node)
 		k.addPool("bench", "10.226.0.0/16", 26)
-		kddConf = k.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": b.TempDir()})
-		for _, m := range append([]string{"warm-up"}, "sequential", "8-way") {
+		for _, m := range []string{"warm-up", "resident", "sequential", "8-way"} {
 			count := n
-			if m == "warm-up" {
+			switch m {
+			case "warm-up":
 				count = 8
+			case "resident":
+				count = envInt("CNI_BENCH_RESIDENT", 2)
 			}
 			for i := range count {
 				name := fmt.Sprintf("bench-%s-%d", strings.ReplaceAll(m, "-", ""), i)
@@ -163,9 +167,6 @@ func BenchmarkCNI(b *testing.B) {
 	run(e.cni, calico, pods[:8], 1)
 	run(lean, calico, pods[:8], 1)
 	run(e.cni, ptp, pods[:8], 1)
-	if withKDD {
-		run(k.cni, kddConf, kddPods["warm-up"], 1)
-	}
 
 	type row struct {
 		impl, mode string
@@ -210,7 +211,7 @@ func BenchmarkCNI(b *testing.B) {
 	// Part 1: the node's agent, `calico-node run` as deployed (iptables
 	// dataplane, BGP), serves the plugins; ADD returns once the pod's
 	// policy and routes are programmed.
-	agent := startAgent(b, e)
+	agent := startAgent(b, e, "--etcd-endpoints="+strings.Join(e.etcd.Endpoints, ","))
 	agentConf := e.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": agent.statusDir})
 	os.Setenv(cnientry.SocketEnv, agent.socket)
 	run(e.cni, agentConf, pods[:8], 1)
@@ -226,25 +227,11 @@ func BenchmarkCNI(b *testing.B) {
 		e.mustAdd(agentConf, resident[i])
 	}
 	// The agent's own account of the ADDs it served, per mode.
-	last := agent.scrape(b)
 	var breakdown strings.Builder
 	measure([]impl{
 		{"calico, agent running", e.cni, agentConf, agent.socket, false},
 		{"ptp+host-local", e.cni, ptp, "none", false},
-	}, func(mode string) {
-		now := agent.scrape(b)
-		fmt.Fprintf(&breakdown, "agent-served ADD, %s: mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds), ms:\n   ", mode)
-		for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
-			epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
-			fmt.Fprintf(&breakdown, " %s %.1f", st, ms(now.mean(last, fmt.Sprintf("calico_node_endpoint_stage_seconds_%%s{stage=%q}", st))))
-		}
-		fmt.Fprintf(&breakdown, "\n    and meanwhile: %.0f policy applies of %.1f ms; iptables-restore %.0f calls of %.1f ms, ip6tables-restore %.0f of %.1f ms; ipset restore %.0f (IPv4) and %.0f (IPv6) calls\n",
-			now.delta(last, "felix_int_dataplane_apply_time_seconds_count"), ms(now.mean(last, "felix_int_dataplane_apply_time_seconds_%s")),
-			now.delta(last, `calico_iptables_restore_seconds_count{family="4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="4"}`)),
-			now.delta(last, `calico_iptables_restore_seconds_count{family="6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="6"}`)),
-			now.delta(last, `calico_ipset_restore_calls_total{family="4"}`), now.delta(last, `calico_ipset_restore_calls_total{family="6"}`))
-		last = now
-	})
+	}, agent.breakdown(b, &breakdown, "etcd"))
 	if b.Failed() {
 		return
 	}
@@ -261,15 +248,33 @@ func BenchmarkCNI(b *testing.B) {
 		{"same, plugin built alone", lean, calico, "none", false},
 		{"ptp+host-local, no agent", e.cni, ptp, "none", false},
 	}
-	if withKDD {
-		// The agent's CNI server alone, in this process, on the
-		// Kubernetes datastore (no dataplane to wait for).
-		startServer(b)
-		impls = append(impls, impl{"calico KDD, CNI server", k.cni, kddConf, os.Getenv(cnientry.SocketEnv), true})
-	}
 	measure(impls, nil)
 	if b.Failed() {
 		return
+	}
+
+	// Part 3: the Kubernetes datastore's agent, `calico-node run` as
+	// deployed on KDD, serves the plugins; its own ptp+host-local beside
+	// it.
+	if withKDD {
+		kagent := startAgent(b, k, "DATASTORE_TYPE=kubernetes", "KUBECONFIG="+k.kube.Kubeconfig)
+		kddConf := k.conf("1.0.0", map[string]any{"log_level": "error", "endpoint_status_dir": kagent.statusDir})
+		os.Setenv(cnientry.SocketEnv, kagent.socket)
+		run(k.cni, kddConf, kddPods["warm-up"], 1)
+		for _, p := range kddPods["resident"] {
+			k.mustAdd(kddConf, p)
+		}
+		measure([]impl{
+			{"calico KDD, agent running", k.cni, kddConf, kagent.socket, true},
+			{"ptp+host-local, beside KDD", e.cni, ptp, "none", false},
+		}, kagent.breakdown(b, &breakdown, "Kubernetes datastore"))
+		if b.Failed() {
+			return
+		}
+		for _, p := range kddPods["resident"] {
+			k.mustDel(kddConf, p)
+		}
+		kagent.stop(b)
 	}
 
 	// The floor: starting each binary at all (VERSION does no work).
@@ -325,9 +330,9 @@ func BenchmarkCNI(b *testing.B) {
 			b.ReportMetric(agent, mode+"-"+op+"-p50-ratio")
 			b.ReportMetric(direct, mode+"-"+op+"-p50-ratio-no-agent")
 			if withKDD {
-				kdd := ratio(p50, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
-				kdd99 := ratio(p99, "calico KDD, CNI server", "ptp+host-local, no agent", mode, op)
-				fmt.Printf("    on the Kubernetes datastore, CNI server: %.2fx (p99 %.2fx)\n", kdd, kdd99)
+				kdd := ratio(p50, "calico KDD, agent running", "ptp+host-local, beside KDD", mode, op)
+				kdd99 := ratio(p99, "calico KDD, agent running", "ptp+host-local, beside KDD", mode, op)
+				fmt.Printf("    on the Kubernetes datastore, agent running: %.2fx (p99 %.2fx)\n", kdd, kdd99)
 				b.ReportMetric(kdd, mode+"-"+op+"-p50-ratio-kdd")
 			}
 		}
@@ -377,10 +382,10 @@ type benchAgent struct {
 
 // startAgent runs `calico-node run` as the DaemonSet runs it (iptables
 // dataplane, BGP) in this process's network namespace (the node's),
-// against e's etcd, with a run directory of its own (CNI socket, status
-// sockets, endpoint status files), and waits until it is ready and
-// serves CNI.
-func startAgent(b *testing.B, e *env) *benchAgent {
+// against e's datastore as the given flags and environment (NAME=value)
+// name it, with a run directory of its own (CNI socket, status sockets,
+// endpoint status files), and waits until it is ready and serves CNI.
+func startAgent(b *testing.B, e *env, datastore ...string) *benchAgent {
 	b.Helper()
 	run, err := os.MkdirTemp("", "cnibench") // short: unix socket paths are limited
 	if err != nil {
@@ -390,15 +395,24 @@ func startAgent(b *testing.B, e *env) *benchAgent {
 	health := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(b))
 	a := &benchAgent{socket: filepath.Join(run, "cni.sock"), statusDir: filepath.Join(run, epstatus.DirName),
 		metrics: "http://" + health + "/metrics"}
-	cmd := exec.Command(filepath.Join(e.binDir, "calico-node"), "run",
-		"--etcd-endpoints="+strings.Join(e.etcd.Endpoints, ","),
-		"--nodename="+e.node, "--ip="+nodeIPv4+"/24", "--no-default-pools",
-		"--data-dir="+b.TempDir(), "--health-addr="+health,
-		"--cni-socket="+a.socket, "--status-socket="+filepath.Join(run, "status.sock"),
-		"--bgp-status-socket="+filepath.Join(run, "bgp.sock"), "--log-level=warning")
+	args := []string{"run",
+		"--nodename=" + e.node, "--ip=" + nodeIPv4 + "/24", "--no-default-pools",
+		"--data-dir=" + b.TempDir(), "--health-addr=" + health,
+		"--cni-socket=" + a.socket, "--status-socket=" + filepath.Join(run, "status.sock"),
+		"--bgp-status-socket=" + filepath.Join(run, "bgp.sock"), "--log-level=warning"}
+	var env []string
+	for _, d := range datastore {
+		if strings.HasPrefix(d, "--") {
+			args = append(args, d)
+		} else {
+			env = append(env, d)
+		}
+	}
+	cmd := exec.Command(filepath.Join(e.binDir, "calico-node"), args...)
 	cmd.Env = append(proctest.EnvWithout("CALICO_", "FELIX_", "ETCD_", "DATASTORE_TYPE=", "KUBECONFIG=", "NODENAME="),
 		"FELIX_ENDPOINTSTATUSPATHPREFIX="+run, "CALICO_NETWORKING_BACKEND=bird", "CALICO_DATAPLANE=iptables",
 		"FELIX_DEFAULTENDPOINTTOHOSTACTION=ACCEPT")
+	cmd.Env = append(cmd.Env, env...)
 	a.proc = proctest.Start(b, "calico-node", cmd)
 	a.proc.WaitHTTP(b, 60*time.Second, "http://"+health+"/readiness")
 	a.proc.WaitFor(b, 30*time.Second, "CNI socket", func() bool {
@@ -415,6 +429,28 @@ func (a *benchAgent) stop(b *testing.B) {
 	b.Helper()
 	if err := a.proc.Stop(20 * time.Second); err != nil {
 		b.Errorf("agent exit: %v", err)
+	}
+}
+
+// breakdown returns measure's afterMode for the rows a serves: it writes
+// to w, per mode, the agent's record of the ADDs it served
+// (calico_node_endpoint_stage_seconds: its API work up to the endpoint
+// written, then the wait for the dataplane) and of its applies.
+func (a *benchAgent) breakdown(b *testing.B, w *strings.Builder, datastore string) func(mode string) {
+	last := a.scrape(b)
+	return func(mode string) {
+		now := a.scrape(b)
+		fmt.Fprintf(w, "agent-served ADD on the %s, %s: mean time from the agent receiving it to each stage (calico_node_endpoint_stage_seconds), ms:\n   ", datastore, mode)
+		for _, st := range []epstatus.Stage{epstatus.StageIPAM, epstatus.StageVeth, epstatus.StageEndpointWritten, epstatus.StageAgentSeen,
+			epstatus.StagePolicy, epstatus.StageRoutes, epstatus.StageADDReturned} {
+			fmt.Fprintf(w, " %s %.1f", st, ms(now.mean(last, fmt.Sprintf("calico_node_endpoint_stage_seconds_%%s{stage=%q}", st))))
+		}
+		fmt.Fprintf(w, "\n    and meanwhile: %.0f policy applies of %.1f ms; iptables-restore %.0f calls of %.1f ms, ip6tables-restore %.0f of %.1f ms; ipset restore %.0f (IPv4) and %.0f (IPv6) calls\n",
+			now.delta(last, "felix_int_dataplane_apply_time_seconds_count"), ms(now.mean(last, "felix_int_dataplane_apply_time_seconds_%s")),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="4"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="4"}`)),
+			now.delta(last, `calico_iptables_restore_seconds_count{family="6"}`), ms(now.mean(last, `calico_iptables_restore_seconds_%s{family="6"}`)),
+			now.delta(last, `calico_ipset_restore_calls_total{family="4"}`), now.delta(last, `calico_ipset_restore_calls_total{family="6"}`))
+		last = now
 	}
 }
 

@@ -116,7 +116,10 @@
 // read (etcd, or the Kubernetes API server). GC removes
 // this node's endpoints and IPAM handles of containers not in
 // cni.dev/valid-attachments. Phases are logged at debug level with their
-// durations.
+// durations. Served by the agent on its own Kubernetes datastore, an ADD
+// reads the pod, its namespace, ClusterInformation, pools, reservations
+// and the Node from the agent's watches (view.go), and checks after its
+// write that the pod's IPAM annotations did not change under it.
 //
 // # Thread safety
 //

@@ -248,15 +248,22 @@ func fetchPodInfo(ctx context.Context, c *netConf, namespace, name string) (*pod
 	if nsErr != nil {
 		return nil, k8sError("read namespace "+namespace, nsErr)
 	}
-	return &podInfo{
+	return podInfoOf(pod, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Annotations: nsAnnotations, Labels: nsLabels}}), nil
+}
+
+// podInfoOf is what ADD needs of pod and its namespace (nil: none).
+func podInfoOf(pod *corev1.Pod, ns *corev1.Namespace) *podInfo {
+	p := &podInfo{
 		Labels:         pod.Labels,
 		Annotations:    pod.Annotations,
-		NSAnnotations:  nsAnnotations,
-		NSLabels:       nsLabels,
 		ServiceAccount: pod.Spec.ServiceAccountName,
 		GenerateName:   pod.GenerateName,
 		Ports:          endpointPorts(pod),
-	}, nil
+	}
+	if ns != nil {
+		p.NSAnnotations, p.NSLabels = ns.Annotations, ns.Labels
+	}
+	return p
 }
 
 // fetchPodCIDRs returns the node's pod CIDRs (for host-local's

@@ -161,6 +161,9 @@ type host struct {
 	// policyTimeout is the agent's default wait for the dataplane (0:
 	// defaultPolicySetupTimeout, negative: none).
 	policyTimeout time.Duration
+	// noPodView makes ADD read the pod even where the agent's watch
+	// holds it (view.go): the second run after errStalePod.
+	noPodView bool
 }
 
 func (h *host) getenv(key string) string {
@@ -207,6 +210,7 @@ func (inv *invocation) phase(name string) {
 
 type k8sArgs struct {
 	namespace, pod string
+	uid            string // K8S_POD_UID, when the runtime passes it
 }
 
 // newInvocation parses the config and CNI_ARGS; it opens nothing.
@@ -228,7 +232,7 @@ func newInvocation(h *host, plugin string, args *skel.CmdArgs) (*invocation, err
 	}
 	cniArgs := parseCNIArgs(args.Args)
 	if ns, pod := cniArgs["K8S_POD_NAMESPACE"], cniArgs["K8S_POD_NAME"]; ns != "" && pod != "" {
-		inv.k8s = &k8sArgs{namespace: ns, pod: pod}
+		inv.k8s = &k8sArgs{namespace: ns, pod: pod, uid: cniArgs["K8S_POD_UID"]}
 		inv.logger = inv.logger.With("pod", ns+"/"+pod)
 	}
 	inv.requestedIP = cniArgs["IP"]

@@ -26,6 +26,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/cni/cnientry"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
+	"github.com/projectcalico/calico-node/internal/datastore/kdd"
 	"github.com/projectcalico/calico-node/internal/ipam"
 )
 
@@ -64,6 +65,12 @@ type Server struct {
 	// has programmed: ADD reports its stages to it and returns only once
 	// the endpoint is programmed (programmed.go). Set before Run.
 	Dataplane Dataplane
+	// View, if set, is what the agent watches on its Kubernetes
+	// datastore: commands on that datastore read it instead of the API
+	// server where they can (view.go). Set before Run.
+	View *AgentView
+	view *view
+
 	// PolicySetupTimeout is how long ADD waits for Dataplane when the
 	// network config does not say (0: defaultPolicySetupTimeout;
 	// negative: do not wait). Set before Run.
@@ -168,12 +175,24 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	l.SetUnlinkOnClose(true)
 	s.log.Info("serving CNI commands", "socket", s.path)
+	var viewDone chan struct{}
+	if s.View != nil {
+		s.view = newView(*s.View, s.log)
+		viewDone = make(chan struct{})
+		go func() {
+			defer close(viewDone)
+			s.view.run(ctx)
+		}()
+	}
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	var wg sync.WaitGroup
 	defer func() {
 		wg.Wait()
 		s.closeStores()
+		if viewDone != nil {
+			<-viewDone
+		}
 	}()
 	for {
 		conn, err := l.AcceptUnix()
@@ -381,7 +400,14 @@ func (s *Server) execute(req *cnientry.Request, nsFile *os.File) (resp cnientry.
 			resp = cnientry.Response{ExitCode: 1, Stdout: errorJSON(types.NewError(types.ErrInternal, fmt.Sprintf("calico-node agent: %s %s failed: %v", req.Plugin, command, p), "")), Stderr: stderr.Bytes()}
 		}
 	}()
-	if err := run(h, req.Plugin, command, args, fn); err != nil {
+	err := run(h, req.Plugin, command, args, fn)
+	if isStalePod(err) {
+		// Undone; once more, reading the pod (view.go).
+		stdout.Reset()
+		h.noPodView = true
+		err = run(h, req.Plugin, command, args, fn)
+	}
+	if err != nil {
 		stdout.Reset()
 		return cnientry.Response{ExitCode: 1, Stdout: errorJSON(err), Stderr: stderr.Bytes()}, nil
 	}
@@ -454,8 +480,23 @@ func (s *Server) store(ctx context.Context, cfg datastore.Config) (datastore.Sto
 	if err != nil {
 		return nil, err
 	}
+	if k, ok := backend(st).(*kdd.Store); ok && s.view != nil && k.Server() == s.view.Server {
+		// The agent's own datastore: read what it watches.
+		st = viewStore{Store: st, kdd: k, v: s.view}
+	}
 	s.stores[key] = st
 	return st, nil
+}
+
+// backend is the Store under st's wrappers (guard's).
+func backend(st datastore.Store) datastore.Store {
+	for {
+		u, ok := st.(interface{ Unwrap() datastore.Store })
+		if !ok {
+			return st
+		}
+		st = u.Unwrap()
+	}
 }
 
 // kubeClient returns the shared API client for the config's Kubernetes

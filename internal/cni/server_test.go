@@ -47,8 +47,9 @@ func startServerAt(t testing.TB) (*cni.Server, string) {
 	return startServerWith(t, nil)
 }
 
-// startServerWith is startServerAt with the server's metrics in reg.
-func startServerWith(t testing.TB, reg prometheus.Registerer) (*cni.Server, string) {
+// startServerWith is startServerAt with the server's metrics in reg,
+// and each of configure applied to it before it runs.
+func startServerWith(t testing.TB, reg prometheus.Registerer, configure ...func(*cni.Server)) (*cni.Server, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cnisrv") // short: unix socket paths are limited
 	if err != nil {
@@ -57,6 +58,9 @@ func startServerWith(t testing.TB, reg prometheus.Registerer) (*cni.Server, stri
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "cni.sock")
 	srv := cni.NewServer(sock, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, c := range configure {
+		c(srv)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

@@ -27,6 +27,9 @@
 // clients send them: protobuf preferred, JSON accepted, the rest.Config's
 // rate limit and transport. API errors are *apierrors.StatusError.
 //
+// NewNodePods(client, node) watches the pods bound to one node and every
+// namespace, for the agent's CNI server on the Kubernetes datastore.
+//
 // NewElector(cfg, client.Leases(ns)) returns an *Elector; Lead(ctx, fn)
 // campaigns for the Lease and runs fn while it is held.
 //

@@ -383,6 +383,11 @@ func (a *actors) run(ctx context.Context) error {
 	if a.cniServer != nil {
 		g.add("cni server", a.cniServer.Run)
 	}
+	// Its watch of this node's pods and the namespaces (on KDD), which
+	// ADDs read once it has listed them.
+	if a.nodePods != nil {
+		g.add("cni pod watch", a.nodePods.Run)
+	}
 	// The endpoint timelines, for `calicoctl node timeline`.
 	if a.statusAPI != nil {
 		g.add("status api", a.statusAPI.Run)

@@ -33,10 +33,10 @@ type client struct {
 	watchHTTP *http.Client
 }
 
-// restConfig builds the client-go configuration Calico's components use:
+// RESTConfig builds the client-go configuration Calico's components use:
 // a kubeconfig (the field, else KUBECONFIG), overridden by the explicit
 // fields, else the pod's in-cluster service account.
-func restConfig(kc datastore.KubeConfig) (*rest.Config, error) {
+func RESTConfig(kc datastore.KubeConfig) (*rest.Config, error) {
 	path := kc.Kubeconfig
 	if path == "" {
 		path = os.Getenv("KUBECONFIG")
@@ -337,4 +337,20 @@ func (c *client) watch(ctx context.Context, path, rv string, opened func(), fn f
 			return err
 		}
 	}
+}
+
+// ServerURL is the base URL of the API server kc names, as a Store on it
+// reports it (Store.Server): the CNI plugin's config and the agent's
+// name one API server in different words (a kubeconfig file, the
+// in-cluster service account), and this is what tells that they agree.
+func ServerURL(kc datastore.KubeConfig) (string, error) {
+	cfg, err := RESTConfig(kc)
+	if err != nil {
+		return "", err
+	}
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return "", &datastore.ConfigError{Err: fmt.Errorf("kubernetes API server URL: %w", err)}
+	}
+	return strings.TrimSuffix(base.String(), "/"), nil
 }

@@ -507,3 +507,19 @@ func podAllowedSourcePrefixes(anns map[string]string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// PodEndpoint is the WorkloadEndpoint the store computes from pod (a
+// core/v1 Pod in JSON, as a watch of pods delivers it), nil when the pod
+// has none: what Get of the endpoint would return had the store read the
+// pod itself. The agent's CNI server turns the pods of its own watch into
+// endpoints with it, instead of reading them again.
+func (s *Store) PodEndpoint(pod []byte) (*api.WorkloadEndpoint, error) {
+	var p k8sPod
+	if err := decodeCore(pod, &p, "pod"); err != nil {
+		return nil, err
+	}
+	if !podHasEndpoint(&p) {
+		return nil, nil
+	}
+	return podToEndpoint(&p, s.mappers["WorkloadEndpoint"].(*endpointMapper).vethPrefix)
+}

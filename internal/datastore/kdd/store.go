@@ -114,7 +114,7 @@ type Store struct {
 // New connects to the Kubernetes API and checks that it answers and that
 // Calico's custom resources are installed.
 func New(ctx context.Context, cfg datastore.Config) (*Store, error) {
-	rc, err := restConfig(cfg.Kube)
+	rc, err := RESTConfig(cfg.Kube)
 	if err != nil {
 		return nil, err
 	}
@@ -462,3 +462,7 @@ func sortObjects(objs []api.Object) {
 		)
 	})
 }
+
+// Server is the base URL of the API server the store reads and writes
+// ("https://10.0.0.1:6443"), as ServerURL spells it.
+func (s *Store) Server() string { return s.c.base }
