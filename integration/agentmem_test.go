@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/agent/xtables"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -44,27 +45,9 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := etcdtest.Start(b)
-	store := storetest.Etcd(b, ctx, srv.Endpoints)
-	health := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
-	cmd := exec.Command(testbin.Path(b), "run",
-		"--etcd-endpoints="+strings.Join(srv.Endpoints, ","),
-		"--nodename="+nodeName, "--ip="+nodeIP+"/24", "--no-default-pools",
-		"--data-dir="+b.TempDir(), "--health-addr="+health, "--log-level=warning")
-	cmd.Env = append(os.Environ(),
-		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
-		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
-	cmd.Env = append(cmd.Env, env...)
+	store, cmd, metric := agentCommand(b, ctx, nil, "warning", env)
 	agent := proctest.Start(b, "calico-node", cmd)
 	defer agent.Stop(10 * time.Second)
-	metrics := "http://" + health + "/metrics"
-	metric := func(sample string) float64 {
-		v, err := proctest.MetricValue(metrics, sample)
-		if err != nil {
-			return -1 // not serving yet
-		}
-		return v
-	}
 	agent.WaitFor(b, 2*time.Minute, "dataplane programmed", func() bool {
 		return metric("calico_dataplane_apply_latency_seconds_count") >= 1
 	})
@@ -87,6 +70,35 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	m.loaded = procMemory(b, agent.Cmd.Process.Pid)
 	m.loadedHeap = int64(metric("go_memstats_heap_inuse_bytes"))
 	return m
+}
+
+// agentCommand starts a fresh etcd, stores objs in it, and returns it
+// with the command of a real `calico-node run` against it (dataplane
+// iptables, BGP off, IPv6 off, in this process's network namespace) at
+// logLevel with env added, and a reader of the agent's metrics (-1: not
+// serving yet).
+func agentCommand(b *testing.B, ctx context.Context, objs []api.Object, logLevel string, env []string) (datastore.Store, *exec.Cmd, func(sample string) float64) {
+	b.Helper()
+	srv := etcdtest.Start(b)
+	store := storetest.Etcd(b, ctx, srv.Endpoints)
+	storeAll(b, ctx, store, objs)
+	health := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
+	cmd := exec.Command(testbin.Path(b), "run",
+		"--etcd-endpoints="+strings.Join(srv.Endpoints, ","),
+		"--nodename="+nodeName, "--ip="+nodeIP+"/24", "--no-default-pools",
+		"--data-dir="+b.TempDir(), "--health-addr="+health, "--log-level="+logLevel)
+	cmd.Env = append(os.Environ(),
+		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
+		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
+	cmd.Env = append(cmd.Env, env...)
+	metrics := "http://" + health + "/metrics"
+	return store, cmd, func(sample string) float64 {
+		v, err := proctest.MetricValue(metrics, sample)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
 }
 
 // procMem is a process's memory as /proc/<pid>/status has it: VmRSS,
@@ -136,18 +148,7 @@ func agentChangeLatency(b *testing.B, be xtables.Backend, objs []api.Object, n i
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := etcdtest.Start(b)
-	store := storetest.Etcd(b, ctx, srv.Endpoints)
-	storeAll(b, ctx, store, objs)
-	health := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
-	cmd := exec.Command(testbin.Path(b), "run",
-		"--etcd-endpoints="+strings.Join(srv.Endpoints, ","),
-		"--nodename="+nodeName, "--ip="+nodeIP+"/24", "--no-default-pools",
-		"--data-dir="+b.TempDir(), "--health-addr="+health, "--log-level=debug")
-	cmd.Env = append(os.Environ(),
-		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
-		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName, "GODEBUG=gctrace=1")
-	cmd.Env = append(cmd.Env, env...)
+	store, cmd, metric := agentCommand(b, ctx, objs, "debug", append([]string{"GODEBUG=gctrace=1"}, env...))
 	lines := newAgentLines()
 	cmd.Stdout, cmd.Stderr = lines.w, lines.w
 	agent := proctest.Start(b, "calico-node", cmd)
@@ -158,14 +159,6 @@ func agentChangeLatency(b *testing.B, be xtables.Backend, objs []api.Object, n i
 			b.Logf("agent output (end):\n%s", lines.tail)
 		}
 	}()
-	metrics := "http://" + health + "/metrics"
-	metric := func(sample string) float64 {
-		v, err := proctest.MetricValue(metrics, sample)
-		if err != nil {
-			return -1
-		}
-		return v
-	}
 	nEP, nPol := countKind(objs, "WorkloadEndpoint"), countKind(objs, "NetworkPolicy")+countKind(objs, "GlobalNetworkPolicy")
 	agent.WaitFor(b, 5*time.Minute, "every endpoint and policy programmed", func() bool {
 		return metric("calico_active_local_endpoints") == float64(nEP) && metric("calico_active_policies") == float64(nPol)
