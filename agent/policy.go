@@ -74,15 +74,15 @@ type Policy struct {
 	// which Felix then adds to natOutgoing's MASQUERADE and SNAT.
 	natRandomFully bool
 
-	objs        map[confwatch.Key]api.Object // owned by Run
+	objs map[confwatch.Key]api.Object // owned by Run
 	// snap is the last snapshot and changed the kinds updated since:
 	// the next snapshot shares snap's slices of the other kinds (a
 	// change to one policy re-sorts and copies the policies, not the
 	// thousand endpoints). Owned by Run.
-	snap    *policy.Snapshot
-	changed map[string]bool
-	compiler    *policy.Compiler             // owned by Run: reuses unchanged chains
-	pendingFrom time.Time                    // first change not yet programmed
+	snap        *policy.Snapshot
+	changed     map[string]bool
+	compiler    *policy.Compiler // owned by Run: reuses unchanged chains
+	pendingFrom time.Time        // first change not yet programmed
 }
 
 type policyMetrics struct {
