@@ -195,11 +195,11 @@ func (l *ringLog) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-// summarize writes the breakdown of the median change and the mean of
-// the slowest 2%, phase by phase.
-func summarize(logf func(string, ...any), name string, ps []phases) {
+// summarize is the breakdown of the median change and the mean of the
+// slowest 2%, phase by phase, and a line with each of the slowest.
+func summarize(name string, ps []phases) (summary, slowest string) {
 	if len(ps) == 0 {
-		return
+		return "", ""
 	}
 	sorted := slices.Clone(ps)
 	slices.SortFunc(sorted, func(a, b phases) int { return int(a.total - b.total) })
@@ -219,14 +219,14 @@ func summarize(logf func(string, ...any), name string, ps []phases) {
 			parallel++
 		}
 	}
-	var slowest []string
+	var each []string
 	for _, p := range slow {
-		slowest = append(slowest, fmt.Sprintf("[total %s: arrive %s, waited %s, snapshot %s, compile %s, read %s, ipset %s (parallel %v), tables %s (restore %s), %d GCs]",
+		each = append(each, fmt.Sprintf("[total %s: arrive %s, waited %s, snapshot %s, compile %s, read %s, ipset %s (parallel %v), tables %s (restore %s), %d GCs]",
 			p.total.Round(time.Millisecond), p.arrive.Round(time.Millisecond), p.waited.Round(time.Millisecond), p.snapshot.Round(time.Millisecond),
 			p.compile.Round(time.Millisecond), p.read.Round(time.Millisecond), p.ipset.Round(time.Millisecond), p.parallel,
 			p.tables.Round(time.Millisecond), p.restore.Round(time.Millisecond), p.gcs))
 	}
-	logf("%s, where a change's time goes, median change / mean of the slowest %d: %s; %s; %s; %s; %s; %s; %s; %s; %s; %s; GCs during the change %d / %.1f",
+	summary = fmt.Sprintf("%s, where a change's time goes, median change / mean of the slowest %d: %s; %s; %s; %s; %s; %s; %s; %s; %s; %s; GCs during the change %d / %.1f",
 		name, len(slow),
 		row("total", func(p phases) time.Duration { return p.total }),
 		row("etcd+watch to actor", func(p phases) time.Duration { return p.arrive }),
@@ -239,5 +239,5 @@ func summarize(logf func(string, ...any), name string, ps []phases) {
 		row("hash+diff+iptables-restore", func(p phases) time.Duration { return p.tables }),
 		row("iptables-restore", func(p phases) time.Duration { return p.restore }),
 		mid.gcs, float64(gcs)/float64(len(slow)))
-	logf("%s, the slowest: %s", name, strings.Join(slowest, " "))
+	return summary, fmt.Sprintf("%s, the slowest: %s", name, strings.Join(each, " "))
 }
