@@ -19,8 +19,9 @@ import (
 // and saves nothing (after its first read the programmer trusts its
 // own record of the sets).
 type memTables struct {
-	chains map[string]map[string][]string // table, chain: rules
-	order  map[string][]string
+	chains   map[string]map[string][]string // table, chain: rules
+	order    map[string][]string
+	restores int
 }
 
 func newMemTables() *memTables {
@@ -30,6 +31,7 @@ func newMemTables() *memTables {
 func (m *memTables) Run(_ context.Context, name string, _ []string, stdin string) (string, error) {
 	switch {
 	case strings.HasSuffix(name, "-restore"):
+		m.restores++
 		m.restore(stdin)
 	case strings.HasSuffix(name, "-save"):
 		var b strings.Builder
@@ -101,7 +103,8 @@ func (m *memTables) touch(table, chain string) {
 func BenchmarkPolicyChange(b *testing.B) {
 	const node = "node1"
 	objs := storetest.DataplaneCluster(b, node, 1000, 500)
-	p := NewPolicy(PolicyConfig{Node: node, Resync: 1 << 62, Logger: quiet()}, nil, &programmer{xtables.New(xtables.BackendFor("nft", 4), newMemTables(), nil, quiet())}, nil)
+	kernel := newMemTables()
+	p := NewPolicy(PolicyConfig{Node: node, Resync: 1 << 62, Logger: quiet()}, nil, &programmer{xtables.New(xtables.BackendFor("nft", 4), kernel, nil, quiet())}, nil)
 	p.Overrides = &api.FelixConfigurationSpec{IPv6Support: new(bool)}
 	var ups []confwatch.Update
 	var np *api.NetworkPolicy
@@ -120,10 +123,13 @@ func BenchmarkPolicyChange(b *testing.B) {
 	// Twice: the first writes into empty built-in chains, the second
 	// finds the hooks in place and leaves the programmer trusting its
 	// record, as in the agent.
-	for range 2 {
+	for range 3 {
 		if err := p.program(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if kernel.restores > 2 {
+		b.Fatalf("%d restores for an unchanged snapshot: the in-memory iptables does not show what was written", kernel.restores)
 	}
 	// The changed objects are new ones, as confwatch decodes them.
 	variant := func(edit func(o api.Object) bool) api.Object {
