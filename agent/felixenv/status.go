@@ -64,7 +64,7 @@ var fieldStatuses = []FieldStatus{
 	{"featureDetectOverride", Ignored, nil, "features are detected (--random-fully)"},
 	{"featureGates", Ignored, nil, ""},
 	{"ipsetsRefreshInterval", Ignored, nil, "IP sets are re-read with iptables on iptablesRefreshInterval"},
-	{"maxIpsetSize", Honoured, nil, "maxelem of each IP set (applied when a set is next rewritten)"},
+	{"maxIpsetSize", Honoured, nil, "maxelem of each IP set (a set of another maxelem is rewritten at the next apply)"},
 	{"iptablesBackend", EnvOnly, nil, "FELIX_IPTABLESBACKEND at start: Auto, NFT or Legacy"},
 	{"xdpRefreshInterval", NotApplicable, nil, "XDP is not used"},
 	{"netlinkTimeout", Ignored, nil, ""},
