@@ -99,8 +99,9 @@ bench-cni: deps build
 
 # Policy dataplane: 1,000 local endpoints and 500 policies compiled and
 # programmed into a fresh namespace next to iptables-restore alone, and the
-# latency from mixed policy changes in etcd to the kernel, and the real
-# `calico-node run`'s RSS idle and with them programmed (root).
+# latency from mixed policy changes in etcd to the kernel (in the test
+# process and through the real `calico-node run`, each change broken
+# down), and the real agent's RSS idle and with them programmed (root).
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE
 # profiles the changes; DATAPLANE_BENCH_AGENT_ENV sets the agent's env;
 # DATAPLANE_BENCH_AGENT_PROFILE=dir saves the agent's heap profiles there.

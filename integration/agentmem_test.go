@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/projectcalico/calico-node/agent/xtables"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
@@ -79,27 +81,9 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := etcdtest.Start(b)
-	store := storetest.Etcd(b, ctx, srv.Endpoints)
-	health := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
-	cmd := exec.Command(testbin.Path(b), "run",
-		"--etcd-endpoints="+strings.Join(srv.Endpoints, ","),
-		"--nodename="+nodeName, "--ip="+nodeIP+"/24", "--no-default-pools",
-		"--data-dir="+b.TempDir(), "--health-addr="+health, "--log-level=warning")
-	cmd.Env = append(os.Environ(),
-		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
-		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
-	cmd.Env = append(cmd.Env, env...)
+	store, cmd, metric := agentCommand(b, ctx, nil, "warning", env)
 	agent := proctest.Start(b, "calico-node", cmd)
 	defer agent.Stop(10 * time.Second)
-	metrics := "http://" + health + "/metrics"
-	metric := func(sample string) float64 {
-		v, err := proctest.MetricValue(metrics, sample)
-		if err != nil {
-			return -1 // not serving yet
-		}
-		return v
-	}
 	agent.WaitFor(b, 2*time.Minute, "dataplane programmed", func() bool {
 		return metric("calico_dataplane_apply_latency_seconds_count") >= 1
 	})
@@ -124,6 +108,35 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	m.loadedHeap = int64(metric("go_memstats_heap_inuse_bytes"))
 	heapProfile("loaded.heap", agent.Cmd.Process.Pid)
 	return m
+}
+
+// agentCommand starts a fresh etcd, stores objs in it, and returns it
+// with the command of a real `calico-node run` against it (dataplane
+// iptables, BGP off, IPv6 off, in this process's network namespace) at
+// logLevel with env added, and a reader of the agent's metrics (-1: not
+// serving yet).
+func agentCommand(b *testing.B, ctx context.Context, objs []api.Object, logLevel string, env []string) (datastore.Store, *exec.Cmd, func(sample string) float64) {
+	b.Helper()
+	srv := etcdtest.Start(b)
+	store := storetest.Etcd(b, ctx, srv.Endpoints)
+	storeAll(b, ctx, store, objs)
+	health := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
+	cmd := exec.Command(testbin.Path(b), "run",
+		"--etcd-endpoints="+strings.Join(srv.Endpoints, ","),
+		"--nodename="+nodeName, "--ip="+nodeIP+"/24", "--no-default-pools",
+		"--data-dir="+b.TempDir(), "--health-addr="+health, "--log-level="+logLevel)
+	cmd.Env = append(os.Environ(),
+		"ETCD_ENDPOINTS=", "DATASTORE_TYPE=", "KUBECONFIG=", "CALICO_NETWORKING_BACKEND=none", "CALICO_DATAPLANE=iptables",
+		"FELIX_IPV6SUPPORT=false", "HOSTNAME="+nodeName)
+	cmd.Env = append(cmd.Env, env...)
+	metrics := "http://" + health + "/metrics"
+	return store, cmd, func(sample string) float64 {
+		v, err := proctest.MetricValue(metrics, sample)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
 }
 
 // procMem is a process's memory as /proc/<pid>/status has it: VmRSS,
@@ -162,6 +175,64 @@ func procMemory(b *testing.B, pid int) procMem {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// agentChangeLatency runs the real agent (as measureAgentMemory does, but
+// at --log-level=debug with GODEBUG=gctrace=1) against a fresh etcd
+// holding objs and, once all of them are programmed, times n changes
+// (changeLoop) from the etcd write to the agent's "policy programmed"
+// line arriving on its stderr: the deployed path end to end, with the
+// agent's own heap and garbage collector.
+func agentChangeLatency(b *testing.B, be xtables.Backend, objs []api.Object, n int, env ...string) []phases {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, cmd, metric := agentCommand(b, ctx, objs, "debug", append([]string{"GODEBUG=gctrace=1"}, env...))
+	lines := newAgentLines()
+	cmd.Stdout, cmd.Stderr = lines.w, lines.w
+	agent := proctest.Start(b, "calico-node", cmd)
+	defer func() {
+		agent.Stop(10 * time.Second)
+		lines.w.Close()
+		if b.Failed() {
+			b.Logf("agent output (end):\n%s", lines.tail)
+		}
+	}()
+	nEP, nPol := countKind(objs, "WorkloadEndpoint"), countKind(objs, "NetworkPolicy")+countKind(objs, "GlobalNetworkPolicy")
+	agent.WaitFor(b, 5*time.Minute, "every endpoint and policy programmed", func() bool {
+		return metric("calico_active_local_endpoints") == float64(nEP) && metric("calico_active_policies") == float64(nPol)
+	})
+	time.Sleep(settle)
+	var gcs []time.Time
+	before := func() {
+		drain(lines.recs)
+		for len(lines.gcs) > 0 {
+			gcs = append(gcs, <-lines.gcs)
+		}
+	}
+	wait := func(start time.Time) (phases, error) {
+		var p phases
+		pol, prog, err := nextProgrammed(lines.recs, start, time.Minute)
+		if err != nil {
+			return p, fmt.Errorf("agent: %w", err)
+		}
+		p.total = pol.at.Sub(start)
+		p.addProgrammed(start, pol, prog)
+		for len(lines.gcs) > 0 {
+			gcs = append(gcs, <-lines.gcs)
+		}
+		for _, t := range gcs {
+			if !t.Before(start) && !t.After(pol.at) {
+				p.gcs++
+			}
+		}
+		return p, nil
+	}
+	run := func(name string, args ...string) (string, error) {
+		out, err := exec.Command(name, args...).Output()
+		return string(out), err
+	}
+	return changeLoop(b, ctx, store, objs, n, before, wait, be.Save, run)
+}
 
 // saveURL writes what a GET of url returns to path.
 func saveURL(url, path string) error {

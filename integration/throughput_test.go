@@ -39,7 +39,7 @@ func BenchmarkDataplaneThroughput(b *testing.B) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	node := newRecRunner(b)
 	podA, podB := perfPod(b, node, "a", "10.111.0.1"), perfPod(b, node, "b", "10.111.0.2")
-	objs := benchObjects(b, envInt("DATAPLANE_BENCH_EPS", 1000), envInt("DATAPLANE_BENCH_POLICIES", 500))
+	objs := storetest.DataplaneCluster(b, nodeName, envInt("DATAPLANE_BENCH_EPS", 1000), envInt("DATAPLANE_BENCH_POLICIES", 500))
 	extra := storetest.Objects(b, fmt.Sprintf(`
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint

@@ -56,6 +56,9 @@ type Programmer struct {
 	// lastHashes are the rule hashes, by table and chain index, of the
 	// chains the last writeTables wrote (for kernelState.after).
 	lastHashes map[string]chainHashes
+	// lastRestore is how long the last writeTables' iptables-restore
+	// took (0: none ran), for the debug log.
+	lastRestore time.Duration
 
 	restores     prometheus.Counter
 	restoreErrs  prometheus.Counter
@@ -178,12 +181,15 @@ func (p *Programmer) read(ctx context.Context, f *policy.Family) (*kernelState, 
 // updated; the caller retries and the next Apply (which re-reads the
 // kernel) finishes the job.
 func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err error) {
+	begin := time.Now()
+	var readTime, setsTime time.Duration
 	known := p.known
 	p.known = nil // until this Apply has succeeded
 	if known == nil || !known.covers(f) {
 		if known, err = p.read(ctx, f); err != nil {
 			return st, err
 		}
+		readTime = time.Since(begin)
 	}
 	actualSets := known.sets
 	// 1. IP sets first: new rules may reference them. A change that
@@ -201,14 +207,23 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 	case setsPayload == "":
 	case createsNoSet(f.IPSets, actualSets):
 		setsDone = make(chan error, 1)
-		go func() { setsDone <- p.restoreSets(ctx, setsPayload) }()
+		go func() {
+			start := time.Now()
+			err := p.restoreSets(ctx, setsPayload)
+			setsTime = time.Since(start)
+			setsDone <- err
+		}()
 	default:
+		start := time.Now()
 		if err := p.restoreSets(ctx, setsPayload); err != nil {
 			return st, fmt.Errorf("ipset restore: %w", err)
 		}
+		setsTime = time.Since(start)
 		st.SetsWritten = setsN
 	}
+	tablesStart := time.Now()
 	st, err = p.writeTables(ctx, f, known, st)
+	tablesTime := time.Since(tablesStart)
 	if setsDone != nil {
 		if serr := <-setsDone; serr != nil {
 			return st, errors.Join(err, fmt.Errorf("ipset restore: %w", serr))
@@ -230,7 +245,12 @@ func (p *Programmer) Apply(ctx context.Context, f *policy.Family) (st Stats, err
 	}
 	p.setGauges(f)
 	if st.Changed() {
-		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted)
+		// The times say where an Apply's latency goes (bench-dataplane
+		// reads them): reading the kernel back, ipset restore (beside
+		// the tables when parallel), hashing and diffing with the
+		// iptables-restore, and that restore alone.
+		p.log.Debug("programmed", "chains", st.ChainsWritten, "deleted", st.ChainsDeleted, "hooks", st.HooksFixed, "sets", st.SetsWritten, "setsDeleted", st.SetsDeleted,
+			"read", readTime, "ipset", setsTime, "parallel", setsDone != nil, "tables", tablesTime, "restore", p.lastRestore, "total", time.Since(begin))
 	}
 	return st, nil
 }
@@ -262,6 +282,7 @@ func (p *Programmer) writeTables(ctx context.Context, f *policy.Family, known *k
 		payload.WriteString(section)
 	}
 	p.hashes, p.lastHashes = memo, hashes
+	p.lastRestore = 0
 	if payload.Len() > 0 {
 		start := time.Now()
 		p.restores.Inc()
@@ -272,7 +293,8 @@ func (p *Programmer) writeTables(ctx context.Context, f *policy.Family, known *k
 			p.m.FelixRestoreErrors.Inc()
 			return st, fmt.Errorf("iptables-restore: %w", err)
 		}
-		p.restoreTimes.Observe(time.Since(start).Seconds())
+		p.lastRestore = time.Since(start)
+		p.restoreTimes.Observe(p.lastRestore.Seconds())
 		for table, n := range lines {
 			if n > 0 {
 				p.m.FelixLinesExecuted.WithLabelValues(p.ipVersion, table).Add(float64(n))

@@ -34,3 +34,35 @@ func (s *Snapshot) Add(o api.Object) bool {
 	}
 	return true
 }
+
+// Clear empties the slice of the snapshot that holds kind (an object
+// kind, as Add files them) and reports whether there is one. The slice
+// is dropped, not truncated: a snapshot made by copying another shares
+// its slices, and the next Add of kind must not write into them.
+func (s *Snapshot) Clear(kind string) bool {
+	switch kind {
+	case "WorkloadEndpoint":
+		s.WorkloadEndpoints = nil
+	case "HostEndpoint":
+		s.HostEndpoints = nil
+	case "NetworkPolicy":
+		s.NetworkPolicies = nil
+	case "GlobalNetworkPolicy":
+		s.GlobalNetworkPolicies = nil
+	case "Profile":
+		s.Profiles = nil
+	case "NetworkSet":
+		s.NetworkSets = nil
+	case "GlobalNetworkSet":
+		s.GlobalNetworkSets = nil
+	case "Tier":
+		s.Tiers = nil
+	case "IPPool":
+		s.IPPools = nil
+	case "Node":
+		s.Nodes = nil
+	default:
+		return false
+	}
+	return true
+}

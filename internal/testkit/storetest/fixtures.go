@@ -53,3 +53,58 @@ func Objects(t testing.TB, docs string) []api.Object {
 	}
 	return out
 }
+
+// DataplaneCluster is the policy dataplane benchmarks' cluster (make
+// bench-dataplane, agent's BenchmarkPolicyChange): an IP pool, node
+// nodeName with nEP local pods in 10 namespaces and nPol policies mixing
+// selectors, named and numbered ports, ranges, nets and namespace
+// selectors (one in five global).
+func DataplaneCluster(b testing.TB, nodeName string, nEP, nPol int) []api.Object {
+	b.Helper()
+	var y strings.Builder
+	y.WriteString("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool}\nspec: {cidr: 10.96.0.0/12, blockSize: 26}\n")
+	for ns := range 10 {
+		y.WriteString(NamespaceProfile(fmt.Sprint("ns", ns), map[string]string{"team": fmt.Sprint("t", ns%3)}))
+	}
+	for i := range nEP {
+		fmt.Fprintf(&y, `---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: %s-k8s-pod%d-eth0, namespace: ns%d, labels: {app: app%d, tier: t%d, projectcalico.org/namespace: ns%d, projectcalico.org/orchestrator: k8s}}
+spec:
+  orchestrator: k8s
+  node: %s
+  pod: pod%d
+  endpoint: eth0
+  interfaceName: cali%011x
+  ipNetworks: [10.%d.%d.%d/32]
+  profiles: [kns.ns%d]
+  ports: [{name: http, protocol: TCP, port: 8080}]
+`, nodeName, i, i%10, i%100, i%20, i%10, nodeName, i, i, 96+i/65536, (i/256)%256, i%256, i%10)
+	}
+	for k := range nPol {
+		rules := fmt.Sprintf(`  ingress:
+  - action: Allow
+    protocol: TCP
+    source: {selector: tier == 't%d'}
+    destination: {ports: [%d, http, "9000:9100"]}
+  - action: Allow
+    protocol: UDP
+    source: {nets: [172.%d.0.0/16], notNets: [172.%d.1.0/24]}
+  - action: Deny
+    source: {namespaceSelector: team == 't%d'}
+  egress:
+  - action: Allow
+    protocol: TCP
+    destination: {selector: app == 'app%d', ports: [5432]}
+  - action: Allow
+    destination: {nets: [192.168.%d.0/24]}
+`, k%20, 80+k%50, 16+k%16, 16+k%16, k%3, (k+1)%100, k%256)
+		if k%5 == 4 {
+			fmt.Fprintf(&y, "---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: gnp%d}\nspec:\n  order: %d\n  selector: app == 'app%d' && has(tier)\n  namespaceSelector: team == 't%d'\n%s", k, k, k%100, k%3, rules)
+		} else {
+			fmt.Fprintf(&y, "---\napiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: np%d, namespace: ns%d}\nspec:\n  order: %d\n  selector: app == 'app%d'\n%s", k, k%10, k, k%100, rules)
+		}
+	}
+	return Objects(b, y.String())
+}
