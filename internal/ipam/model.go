@@ -44,12 +44,11 @@ const (
 	AttrService = "service"
 )
 
-// hostAffinityPrefix is the "host:" of a block's "affinity" field.
-const hostAffinityPrefix = "host:"
-
-// virtualAffinityPrefix is the "virtual:" of a block affine to a virtual
-// host rather than a node.
-const virtualAffinityPrefix = "virtual:"
+// The "host:" and "virtual:" that start a block's "affinity" field.
+const (
+	hostAffinityPrefix    = ipamkv.HostAffinityPrefix
+	virtualAffinityPrefix = ipamkv.VirtualAffinityPrefix
+)
 
 // LoadBalancerHost is the virtual host Calico's LoadBalancer addresses are
 // allocated to (api's VirtualLoadBalancer): their blocks have the

@@ -246,14 +246,10 @@ func encodeBlock(key string, value []byte) (ipamObject, error) {
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
-	aff := v.Affinity
-	if aff == nil && v.HostAffinity != nil {
-		a := "host:" + *v.HostAffinity
-		aff = &a
-	}
+	v.UpgradeAffinity()
 	spec := blockSpec{
 		CIDR:                        cidr.String(),
-		Affinity:                    aff,
+		Affinity:                    v.Affinity,
 		Allocations:                 v.Allocations,
 		Unallocated:                 v.Unallocated,
 		Attributes:                  make([]blockAllocAttr, len(v.Attributes)),

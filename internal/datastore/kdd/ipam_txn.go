@@ -227,7 +227,7 @@ func (w *txnWriter) confirm(ctx context.Context, key string) (written datastore.
 				return written, false
 			}
 			var bv ipamkv.Block
-			if b.Rev == 0 || json.Unmarshal(b.Value, &bv) != nil || bv.Affinity == nil || *bv.Affinity != "host:"+node {
+			if b.Rev == 0 || json.Unmarshal(b.Value, &bv) != nil || bv.Affinity == nil || *bv.Affinity != ipamkv.HostAffinityPrefix+node {
 				return written, false
 			}
 		}

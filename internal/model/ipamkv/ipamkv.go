@@ -46,6 +46,12 @@ const (
 	AffinityVirtual = "virtual"
 )
 
+// A block's Affinity names its holder: "host:<node>" or "virtual:<host>".
+const (
+	HostAffinityPrefix    = AffinityHost + ":"
+	VirtualAffinityPrefix = AffinityVirtual + ":"
+)
+
 // Affinity states a BlockAffinity goes through in Calico's claim protocol.
 const (
 	StatePending         = "pending"
@@ -76,6 +82,17 @@ type Block struct {
 	Deleted bool `json:"deleted"`
 	// HostAffinity is the pre-v3 spelling of Affinity, read but never written.
 	HostAffinity *string `json:"hostAffinity,omitempty"`
+}
+
+// UpgradeAffinity reads a block written before Calico v3, which has only
+// HostAffinity, as Calico does: its Affinity becomes "host:<node>" and
+// HostAffinity is dropped, so that a write stores the v3 spelling.
+func (b *Block) UpgradeAffinity() {
+	if b.Affinity == nil && b.HostAffinity != nil {
+		a := HostAffinityPrefix + *b.HostAffinity
+		b.Affinity = &a
+		b.HostAffinity = nil
+	}
 }
 
 // AllocationAttribute is who holds an allocation: the handle ("handle_id",

@@ -1,6 +1,7 @@
 package ipamkv
 
 import (
+	"encoding/json"
 	"net"
 	"net/netip"
 	"strings"
@@ -97,5 +98,25 @@ func TestParseRefusesOtherKeys(t *testing.T) {
 		if id, ok := ParseHandleKey(bad); ok {
 			t.Errorf("ParseHandleKey(%s) accepted: %q", bad, id)
 		}
+	}
+}
+
+// A block from before Calico v3 has only hostAffinity: read, it is
+// affine to that node and written back with affinity alone.
+func TestUpgradeAffinity(t *testing.T) {
+	var b Block
+	if err := json.Unmarshal([]byte(`{"cidr":"10.0.0.0/26","hostAffinity":"node1"}`), &b); err != nil {
+		t.Fatal(err)
+	}
+	b.UpgradeAffinity()
+	if b.Affinity == nil || *b.Affinity != "host:node1" || b.HostAffinity != nil {
+		t.Errorf("upgraded: affinity %v, hostAffinity %v; want host:node1 and none", b.Affinity, b.HostAffinity)
+	}
+	// A v3 affinity wins over a stale hostAffinity.
+	v3, old := "host:node2", "node1"
+	b = Block{Affinity: &v3, HostAffinity: &old}
+	b.UpgradeAffinity()
+	if *b.Affinity != "host:node2" {
+		t.Errorf("affinity %s, want host:node2", *b.Affinity)
 	}
 }
