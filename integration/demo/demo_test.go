@@ -196,7 +196,8 @@ func TestDemo(t *testing.T) {
 // a real kube-apiserver holds Calico's data; the same three-node BGP mesh
 // and the same connectivity before and after the Kubernetes
 // NetworkPolicy (a networking.k8s.io object) and the GlobalNetworkPolicy
-// (a custom resource); `down` also stops the API server and its etcd.
+// (a custom resource); the README tour's commands (checkTour); `down`
+// also stops the API server and its etcd.
 func TestDemoKDD(t *testing.T) {
 	d := newDemoRun(t, datastoreKube)
 	r, out := d.up()
@@ -246,6 +247,7 @@ func TestDemoKDD(t *testing.T) {
 			t.Errorf("GlobalNetworkPolicy custom resources: %s", got)
 		}
 	})
+	checkTour(t, d, r)
 	checkDown(t, d, r)
 }
 

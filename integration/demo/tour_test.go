@@ -14,7 +14,7 @@ import (
 )
 
 // checkTour runs the README tour's commands against the running demo (on
-// etcd, all its policies applied) and checks their answers: `calico-node
+// either datastore, all its policies applied) and checks their answers: `calico-node
 // plan` on a node finds it in sync, `node routes` and `node bgp why` on
 // node-1 show node-2's block learned and installed, and, undoing the
 // policies one at a time as the tour does, `policy explain` gives each
@@ -22,7 +22,10 @@ import (
 // and `apply --dry-run` lists exactly the pairs a policy would change
 // and writes nothing.
 func checkTour(t *testing.T, d *demoRun, r *results) {
-	c := &cluster{o: options{binDir: d.binDir, stateDir: d.stateDir, prefix: d.prefix, etcdPort: d.port, datastore: datastoreEtcd}}
+	c := &cluster{o: options{binDir: d.binDir, stateDir: d.stateDir, prefix: d.prefix, etcdPort: d.port, datastore: datastoreEtcd, kubeBinDir: d.kubeBinDir}}
+	if d.apiPort != 0 {
+		c.o.datastore = datastoreKube
+	}
 	ctl := func(args ...string) (string, error) {
 		cmd := exec.Command(filepath.Join(d.binDir, "calicoctl"), args...)
 		cmd.Env = d.ctlEnv()
@@ -162,7 +165,15 @@ func checkTour(t *testing.T, d *demoRun, r *results) {
 		mustCtl(t, "delete", "globalnetworkpolicy", "frontend-from-frontend-only")
 		awaitConnect(t, "backend/pod-1", "frontend/pod-2", true)
 		explainStep(t, 1)
-		mustCtl(t, "delete", "-f", filepath.Join(d.stateDir, "policy", "backend-knp.yaml"))
+		// On the Kubernetes datastore the NetworkPolicy is the
+		// networking.k8s.io object: kubectl's, as a user deletes it.
+		if knp := filepath.Join(d.stateDir, "policy", "backend-knp.yaml"); c.kdd() {
+			if out, err := c.kubectl("", "delete", "-f", knp); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		} else {
+			mustCtl(t, "delete", "-f", knp)
+		}
 		awaitConnect(t, "frontend/pod-1", "backend/pod-2", true)
 		explainStep(t, 0)
 	})
