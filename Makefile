@@ -102,7 +102,8 @@ bench-cni: deps build
 # latency from mixed policy changes in etcd to the kernel, and the real
 # `calico-node run`'s RSS idle and with them programmed (root).
 # DATAPLANE_BENCH_EPS/_POLICIES/_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE
-# profiles the changes; DATAPLANE_BENCH_AGENT_ENV sets the agent's env.
+# profiles the changes; DATAPLANE_BENCH_AGENT_ENV sets the agent's env;
+# DATAPLANE_BENCH_AGENT_PROFILE=dir saves the agent's heap profiles there.
 bench-dataplane: deps build
 	CALICO_NODE_BIN=$(abspath $(BINARY)) $(GO) test -count=1 -run '^$$' -bench BenchmarkDataplane -benchtime 1x -timeout 30m ./integration/
 

@@ -24,6 +24,9 @@ import (
 	"os"
 	"path/filepath"
 
+	// First: the heap profiler off unless the debug port serves it,
+	// before the large packages' init allocates (see its doc).
+	_ "github.com/projectcalico/calico-node/internal/memprofile"
 	// As the CNI plugins, the binary first offers the command to the
 	// node's agent from this package's init, before the rest of the
 	// binary is initialised (see its doc)...

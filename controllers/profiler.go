@@ -2,13 +2,11 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"strconv"
-	"time"
+
+	"github.com/projectcalico/calico-node/internal/pprofserve"
 )
 
 // profiler serves Go's pprof endpoints on localhost:<debugProfilePort>
@@ -24,20 +22,14 @@ type profiler struct {
 
 func (p *profiler) run(ctx context.Context) {
 	var (
-		srv  *http.Server
-		done chan struct{}
+		srv  *pprofserve.Server
 		port int32
 	)
 	stop := func() {
 		if srv == nil {
 			return
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			srv.Close()
-		}
-		<-done
+		srv.Shutdown()
 		p.log.Info("profiling server stopped", "port", port)
 		srv = nil
 	}
@@ -48,7 +40,7 @@ func (p *profiler) run(ctx context.Context) {
 			stop()
 			port = rc.profilePort
 			if port != 0 {
-				srv, done = p.start(port)
+				srv = p.start(port)
 			}
 		}
 		select {
@@ -61,29 +53,12 @@ func (p *profiler) run(ctx context.Context) {
 
 // start listens on localhost:port; nil if it cannot (logged: the port is
 // taken), tried again at the next configuration change.
-func (p *profiler) start(port int32) (*http.Server, chan struct{}) {
+func (p *profiler) start(port int32) *pprofserve.Server {
 	addr := net.JoinHostPort("localhost", strconv.Itoa(int(port)))
-	ln, err := net.Listen("tcp", addr)
+	srv, err := pprofserve.Start(addr, "KubeControllersConfiguration debugProfilePort", p.log)
 	if err != nil {
 		p.log.Error("cannot serve debugProfilePort", "addr", addr, "err", err)
-		return nil, nil
+		return nil
 	}
-	// A mux of its own: net/http/pprof's init also registers on
-	// http.DefaultServeMux, which nothing in calico-node serves.
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.log.Error("profiling server failed", "addr", addr, "err", err)
-		}
-	}()
-	p.log.Info("serving pprof (KubeControllersConfiguration debugProfilePort)", "addr", ln.Addr().String())
-	return srv, done
+	return srv
 }

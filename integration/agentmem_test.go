@@ -3,8 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,8 +42,41 @@ const settle = 5 * time.Second
 // namespace against a fresh etcd and reads its memory before and after
 // objs are stored. env adds to the agent's environment (GOGC=...,
 // GOMEMLIMIT=... to compare settings).
+// With DATAPLANE_BENCH_AGENT_PROFILE=dir the agent serves pprof
+// (FELIX_DEBUGPORT) and dir gets its heap profiles idle.heap and
+// loaded.heap, each taken after the reading (the profile's forced
+// collection does not touch the figures).
 func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMemory {
 	b.Helper()
+	profileDir := os.Getenv("DATAPLANE_BENCH_AGENT_PROFILE")
+	debug := ""
+	if profileDir != "" {
+		debug = "127.0.0.1:" + strconv.Itoa(proctest.FreePort(b))
+		env = append(env, "FELIX_DEBUGHOST=127.0.0.1", "FELIX_DEBUGPORT="+debug[len("127.0.0.1:"):])
+	}
+	// heapProfile saves the agent's memory map and its runtime's
+	// statistics as they are at the reading, then the profile.
+	heapProfile := func(name string, pid int) {
+		if profileDir == "" {
+			return
+		}
+		smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(profileDir, name+".smaps"), smaps, 0o644)
+		}
+		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/heap?debug=1", filepath.Join(profileDir, name+".txt"))
+		}
+		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/goroutine?debug=1", filepath.Join(profileDir, name+".goroutines"))
+		}
+		if err == nil {
+			err = saveURL("http://"+debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, name))
+		}
+		if err != nil {
+			b.Fatalf("agent heap profile: %v", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := etcdtest.Start(b)
@@ -70,6 +106,7 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	time.Sleep(settle)
 	var m agentMemory
 	m.idle = procMemory(b, agent.Cmd.Process.Pid)
+	heapProfile("idle.heap", agent.Cmd.Process.Pid)
 
 	start := time.Now()
 	for _, o := range objs {
@@ -85,6 +122,7 @@ func measureAgentMemory(b *testing.B, objs []api.Object, env ...string) agentMem
 	time.Sleep(settle)
 	m.loaded = procMemory(b, agent.Cmd.Process.Pid)
 	m.loadedHeap = int64(metric("go_memstats_heap_inuse_bytes"))
+	heapProfile("loaded.heap", agent.Cmd.Process.Pid)
 	return m
 }
 
@@ -124,3 +162,20 @@ func procMemory(b *testing.B, pid int) procMem {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// saveURL writes what a GET of url returns to path.
+func saveURL(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	return os.WriteFile(path, body, 0o644)
+}

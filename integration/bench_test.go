@@ -35,7 +35,9 @@ import (
 // DATAPLANE_BENCH_EPS, DATAPLANE_BENCH_POLICIES and
 // DATAPLANE_BENCH_CHANGES scale it; DATAPLANE_BENCH_CPUPROFILE writes a
 // CPU profile of the changes; DATAPLANE_BENCH_AGENT_ENV adds
-// variables to the agent's environment (e.g. "GOGC=100").
+// variables to the agent's environment (e.g. "GOGC=100");
+// DATAPLANE_BENCH_AGENT_PROFILE=dir saves the agent's heap profiles
+// (measureAgentMemory).
 func BenchmarkDataplane(b *testing.B) {
 	if os.Getenv(nodeNetNSEnv) == "" {
 		b.Skip("needs root: runs in private network namespaces")

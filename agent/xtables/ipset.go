@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/policy"
@@ -12,6 +13,7 @@ import (
 
 type savedSet struct {
 	typ     string
+	maxElem int
 	members []string // sorted
 }
 
@@ -62,7 +64,7 @@ func (p *Programmer) readSets(ctx context.Context) (map[string]*savedSet, error)
 		}
 		switch f[0] {
 		case "create":
-			sets[f[1]] = &savedSet{typ: f[2]}
+			sets[f[1]] = &savedSet{typ: f[2], maxElem: createMaxElem(f[3:])}
 		case "add":
 			if s := sets[f[1]]; s != nil {
 				s.members = append(s.members, f[2])
@@ -89,8 +91,34 @@ func (p *Programmer) restoreSets(ctx context.Context, payload string) error {
 	return nil
 }
 
+// createMaxElem is the maxelem option of an `ipset save` create line's
+// options, or 0 without one.
+func createMaxElem(opts []string) int {
+	for i := 0; i+1 < len(opts); i++ {
+		if opts[i] == "maxelem" {
+			n, _ := strconv.Atoi(opts[i+1])
+			return n
+		}
+	}
+	return 0
+}
+
+// maxElem is the maxelem of the sets the programmer writes.
+func (p *Programmer) maxElem() int {
+	if p.MaxElem > 0 {
+		return p.MaxElem
+	}
+	return policy.DefaultIPSetMaxElem
+}
+
 // setsPayload is the `ipset restore` input that makes the sets in have
 // (ours in the kernel) hold want, and how many sets it writes.
+//
+// A set that exists with the wanted type and size gets only its added and
+// removed members ("add"/"del"): a new pod's address joining its profile's
+// set is one line, not a refill of the whole set. A new set, or one of
+// another maxelem (maxIpsetSize changed), is filled through a scratch set
+// and swapped in (policy.RenderIPSets).
 func (p *Programmer) setsPayload(want []policy.IPSet, have map[string]*savedSet) (string, int, error) {
 	var payload strings.Builder
 	// A scratch set left by an interrupted run goes first.
@@ -99,19 +127,45 @@ func (p *Programmer) setsPayload(want []policy.IPSet, have map[string]*savedSet)
 			payload.WriteString("destroy " + name + "\n")
 		}
 	}
-	var changed []policy.IPSet
+	var rewrite []policy.IPSet
+	n := 0
 	for _, s := range want {
 		cur := have[s.Name]
-		if cur != nil && cur.typ == s.Type && slices.Equal(cur.members, sortedCopy(s.Members)) {
-			continue
-		}
 		if cur != nil && cur.typ != s.Type {
 			return "", 0, fmt.Errorf("ip set %s exists with type %s, want %s", s.Name, cur.typ, s.Type)
 		}
-		changed = append(changed, s)
+		members := sortedCopy(s.Members)
+		switch {
+		case cur == nil || cur.maxElem != p.maxElem():
+			rewrite = append(rewrite, s)
+			n++
+		case !slices.Equal(cur.members, members):
+			writeSetDelta(&payload, s.Name, cur.members, members)
+			n++
+		}
 	}
-	payload.WriteString(policy.RenderIPSets(changed, p.MaxElem))
-	return payload.String(), len(changed), nil
+	payload.WriteString(policy.RenderIPSets(rewrite, p.MaxElem))
+	return payload.String(), n, nil
+}
+
+// writeSetDelta writes the "del" and "add" lines that turn the members
+// have into want (both sorted). -exist: a member the kernel lists in
+// another spelling is not an error.
+func writeSetDelta(b *strings.Builder, name string, have, want []string) {
+	i, j := 0, 0
+	for i < len(have) || j < len(want) {
+		switch {
+		case j == len(want) || i < len(have) && have[i] < want[j]:
+			b.WriteString("del " + name + " " + have[i] + " -exist\n")
+			i++
+		case i == len(have) || want[j] < have[i]:
+			b.WriteString("add " + name + " " + want[j] + " -exist\n")
+			j++
+		default:
+			i++
+			j++
+		}
+	}
 }
 
 // staleSetsPayload is the `ipset restore` input that destroys our sets

@@ -10,10 +10,12 @@ import (
 // Plan is what Apply would write now, in the order it would.
 type Plan struct {
 	// IPSets is the `ipset restore` input that creates and refills the
-	// changed sets (before the rules that use them).
+	// new sets and adds and deletes the changed members of the others
+	// (before the rules that use them).
 	IPSets string
-	// Restore is the `iptables-restore --noflush` input: the changed
-	// chains whole, misplaced hooks, stale chains flushed and deleted.
+	// Restore is the `iptables-restore --noflush` input: the rules missing
+	// from chains that only gain rules inserted, other changed chains
+	// whole, misplaced hooks, stale chains flushed and deleted.
 	Restore string
 	// DestroySets is the `ipset restore` input that destroys the sets no
 	// rule uses any more (after the rules).
@@ -33,8 +35,14 @@ func (p *Programmer) Plan(ctx context.Context, f *policy.Family) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	return p.planAgainst(f, known)
+}
+
+// planAgainst is what Apply would write over known to make it hold f.
+func (p *Programmer) planAgainst(f *policy.Family, known *kernelState) (Plan, error) {
 	var out Plan
 	var n int
+	var err error
 	if out.IPSets, n, err = p.setsPayload(f.IPSets, known.sets); err != nil {
 		return out, err
 	}

@@ -39,7 +39,7 @@ func (r *nsRunner) Run(ctx context.Context, name string, args []string, stdin st
 	return ExecRunner{}.Run(ctx, "ip", append([]string{"netns", "exec", r.ns, name}, args...), stdin)
 }
 
-func (r *nsRunner) sh(t *testing.T, args ...string) string {
+func (r *nsRunner) sh(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("ip", append([]string{"netns", "exec", r.ns}, args...)...).CombinedOutput()
 	if err != nil {
@@ -48,7 +48,7 @@ func (r *nsRunner) sh(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func newNS(t *testing.T) *nsRunner {
+func newNS(t testing.TB) *nsRunner {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")

@@ -25,6 +25,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/datastore/connect"
 	"github.com/projectcalico/calico-node/internal/kube"
+	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/node/health"
 )
@@ -55,6 +56,9 @@ type actors struct {
 	installCNI   *cniinstall.Installer
 	controllers  *controllers.Controllers
 	memory       *memoryTrimmer // nil: --memory-trim-interval 0
+	// felixEnv is FelixConfiguration from the FELIX_* environment (the
+	// debug port's, read at start).
+	felixEnv *api.FelixConfigurationSpec
 
 	nl *routetable.Netlink // the routes' and overlay's; closed by close
 }
@@ -88,7 +92,7 @@ func build(ctx context.Context, cfg runConfig, logger *slog.Logger, level *slog.
 	b := &builder{cfg: cfg, log: logger, level: level, agg: health.NewAggregator(),
 		reg: prometheus.NewRegistry(), ctrlReg: prometheus.NewRegistry(), runtime: prometheus.NewRegistry()}
 	b.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a := &actors{log: logger, store: newStoreFuture()}
+	a := &actors{log: logger, store: newStoreFuture(), felixEnv: cfg.kube.felix.Spec}
 	defer func() {
 		if err != nil {
 			a.close()

@@ -134,7 +134,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "cni-socket", EnvVars: env("CALICO_CNI_SOCKET"), Value: cnientry.DefaultSocket, Usage: "unix socket on which the agent runs the CNI commands the calico and calico-ipam plugins forward (none: off)"},
 		&cli.StringFlag{Name: "status-socket", EnvVars: env("CALICO_STATUS_SOCKET"), Value: epstatus.DefaultSocket, Usage: "unix socket serving the endpoint timelines of `calicoctl node timeline` (none: off)"},
 		&cli.StringFlag{Name: "policy-setup-timeout", EnvVars: env("CALICO_POLICY_SETUP_TIMEOUT"), Value: "5s", Usage: "how long a CNI ADD the agent serves waits for the pod's policy and routes to be programmed before failing, when the CNI config's policy_setup_timeout_seconds does not say (seconds or a duration; 0: do not wait)"},
-		&cli.StringFlag{Name: "memory-trim-interval", EnvVars: env("CALICO_MEMORY_TRIM_INTERVAL"), Value: "2s", Usage: "how often the agent returns free heap memory (more than 4 MiB of it) to the kernel, so that its RSS falls back after a burst (seconds or a duration; 0: never, the Go runtime's own pace)"},
+		&cli.StringFlag{Name: "memory-trim-interval", EnvVars: env("CALICO_MEMORY_TRIM_INTERVAL"), Value: "2s", Usage: "how often the agent returns free heap memory (from 1 MiB of it) to the kernel, so that its RSS falls back after a burst (seconds or a duration; 0: never, the Go runtime's own pace)"},
 		&cli.StringFlag{Name: "bgp-secrets-dir", EnvVars: env("CALICO_BGP_SECRETS_DIR"), Value: "/etc/calico/bgp-secrets", Usage: "BGP passwords (secretKeyRef) as files <dir>/<secret name>/<key>, the layout of a mounted Secret"},
 	}, append(kubeFlags(), fanoutClientFlags()...)...)
 }
@@ -386,6 +386,10 @@ func (a *actors) run(ctx context.Context) error {
 	// The endpoint timelines, for `calicoctl node timeline`.
 	if a.statusAPI != nil {
 		g.add("status api", a.statusAPI.Run)
+	}
+	// Go's pprof, when FELIX_DEBUGPORT asks for it (debug.go).
+	if addr := debugAddr(a.felixEnv); addr != "" {
+		g.add("debug server", debugServer(addr, a.log))
 	}
 	// Free heap back to the kernel after bursts (memory.go).
 	if a.memory != nil {

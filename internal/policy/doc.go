@@ -24,8 +24,10 @@
 //   - Hooks are the one rule per built-in chain (raw PREROUTING and OUTPUT,
 //     mangle PREROUTING and POSTROUTING, filter INPUT, FORWARD and OUTPUT,
 //     nat POSTROUTING) that sends packets into our chains.
-//   - Chain.Hashes gives each rule felix's hash: a SHA-224 chain over the
-//     chain name and the rules up to it, 16 characters of base64. Render
+//   - Chain.Hashes gives each rule a hash, 16 characters of base64 of a
+//     SHA-224 over the chain name, the rule and the count of equal rules
+//     before it (not felix's chain over the rules up to it: a rule
+//     inserted leaves the others' hashes as they were). Render
 //     writes it as a comment ("-m comment --comment "cali:<hash>"") before
 //     each rule, so a programmer can compare the kernel's rules with the
 //     desired ones by reading those comments back, without parsing rules.

@@ -250,7 +250,9 @@ func (c *famCompiler) endpointRules(spec *endpointChainSpec) []Rule {
 		rules = append(rules, Rule{Action: c.deny(), Comment: []string{c.denyName() + " if no profiles matched"},
 			Origin: o(Origin{Kind: OriginNoProfile, Ingress: spec.inbound})})
 	}
-	return rules
+	// Endpoint chains share their rules (chainCache.endpointKey): no
+	// room to append into another chain's rules.
+	return slices.Clip(rules)
 }
 
 // policyChains renders the chains of the policies the table's endpoint

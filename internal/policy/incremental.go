@@ -227,8 +227,15 @@ func (cc *chainCache) rotate() {
 	cc.targets, cc.nextTargets = cc.nextTargets, make(map[RulesIdentity][]string, len(cc.nextTargets))
 }
 
-// endpointKey is everything endpointChain reads besides the family
+// endpointKey is everything endpointRules reads besides the family
 // compiler's configuration and marks (fixed for the cache's lifetime).
+// The chain's name and endpoint are not part of it: the rules do not
+// name them, so endpoints with the same policies and profiles in the
+// same kind of chain (the pods of one workload, whose labels are the
+// same) share one rules slice. That is most of a node's rules held once
+// per distinct chain rather than once per endpoint; a consumer that
+// keeps something per chain keys it by name and identity
+// (RulesIdentity), and hashes, which depend on the name, stay per chain.
 func (cc *chainCache) endpointKey(c *famCompiler, spec *endpointChainSpec) string {
 	b := &cc.buf
 	b.Reset()
@@ -237,13 +244,7 @@ func (cc *chainCache) endpointKey(c *famCompiler, spec *endpointChainSpec) strin
 	sep()
 	b.WriteString(c.cfg.DenyAction)
 	sep()
-	b.WriteString(spec.name)
-	sep()
 	b.WriteString(strconv.Itoa(int(spec.kind)))
-	sep()
-	if spec.ep != nil {
-		b.WriteString("ep:" + spec.ep.name + "\x01" + spec.ep.iface)
-	}
 	sep()
 	fmt.Fprintf(b, "%t%t%t", spec.host, spec.inbound, spec.dropEncap)
 	sep()

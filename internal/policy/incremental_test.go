@@ -354,3 +354,54 @@ func TestCompilerReusesUnchangedPolicies(t *testing.T) {
 		t.Errorf("after a client pod arrived the set holds %v, want [10.65.0.3]", got)
 	}
 }
+
+// TestCompilerSharesEndpointRules: endpoints whose chains would have the
+// same rules (same labels, so the same policies, and the same profiles)
+// share one rules slice, while their rule hashes stay per chain; moving
+// one of them to other labels gives it the other group's rules and leaves
+// the rest, and every earlier result, as they were: shared rules are
+// never modified.
+func TestCompilerSharesEndpointRules(t *testing.T) {
+	s := &policy.Snapshot{Node: node, Profiles: []api.Profile{nsProfile("ns1", nil)}}
+	s.WorkloadEndpoints = []api.WorkloadEndpoint{
+		wep("ns1", "a1", "calia1", map[string]string{"app": "a"}, []string{"10.65.0.1"}),
+		wep("ns1", "a2", "calia2", map[string]string{"app": "a"}, []string{"10.65.0.2"}),
+		wep("ns1", "b", "calib", map[string]string{"app": "b"}, []string{"10.65.0.3"}),
+	}
+	s.NetworkPolicies = []api.NetworkPolicy{
+		np("ns1", "pa", api.NetworkPolicySpec{Selector: "app == 'a'", Ingress: []api.Rule{{Action: api.Allow}}}),
+		np("ns1", "pb", api.NetworkPolicySpec{Selector: "app == 'b'", Ingress: []api.Rule{{Action: api.Deny}}}),
+	}
+	ic := policy.NewCompiler()
+	first := ic.Compile(s)
+	firstDump := dump(first)
+	if want := dump(policy.Compile(s)); firstDump != want {
+		t.Fatalf("incremental result differs from Compile:\n%s", diffDump(firstDump, want))
+	}
+	id := func(r *policy.Result, chain string) policy.RulesIdentity { return filterChainID(t, r, chain) }
+	if id(first, "cali-tw-calia1") != id(first, "cali-tw-calia2") {
+		t.Error("two pods with the same labels got two copies of the same ingress rules")
+	}
+	if id(first, "cali-tw-calia1") == id(first, "cali-tw-calib") {
+		t.Error("pods selected by different policies share rules")
+	}
+	if slices.Equal(first.V4.Filter.Chain("cali-tw-calia1").Hashes(), first.V4.Filter.Chain("cali-tw-calia2").Hashes()) {
+		t.Error("chains sharing rules have the same rule hashes; felix's hashes name the chain")
+	}
+
+	s.WorkloadEndpoints = slices.Clone(s.WorkloadEndpoints)
+	s.WorkloadEndpoints[1] = wep("ns1", "a2", "calia2", map[string]string{"app": "b"}, []string{"10.65.0.2"})
+	second := ic.Compile(s)
+	if got, want := dump(second), dump(policy.Compile(s)); got != want {
+		t.Fatalf("after a2 moved to app b, incremental result differs from Compile:\n%s", diffDump(got, want))
+	}
+	if id(second, "cali-tw-calia2") != id(second, "cali-tw-calib") {
+		t.Error("a2, now labelled as b, does not share b's rules")
+	}
+	if id(second, "cali-tw-calia1") != id(first, "cali-tw-calia1") {
+		t.Error("a1's unchanged chain was rendered again")
+	}
+	if got := dump(first); got != firstDump {
+		t.Errorf("the first result changed under a later compilation:\n%s", diffDump(got, firstDump))
+	}
+}

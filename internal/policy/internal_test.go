@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -8,38 +9,63 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/selector"
 )
 
-// Vectors from felix's own tests: our hashes, chain names and IDs must be
-// felix's, so that the two can be compared and a migrated node recognises
-// the rules.
-func TestRuleHashesMatchFelix(t *testing.T) {
-	c := Chain{Name: "FORWARD", Rules: []Rule{{Action: Drop{}}, {Action: Accept{}}, {Action: Drop{}}, {Action: Accept{}}}}
-	want := []string{"hecdSCslEjdBPBPo", "plvr29-ZiKUwbzDV", "BMJ7gfua-eMLZ8Gu", "rmnR1gc8haxMy_0W"}
-	got := c.Hashes()
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("hash %d = %s, want %s", i, got[i], want[i])
+// TestRuleHashesSurviveInsertions: a rule's hash names the chain, the
+// rule and its place among equal rules, not what comes before it, so that
+// the programmer can insert into a chain in the kernel and leave the rules
+// already there alone.
+func TestRuleHashesSurviveInsertions(t *testing.T) {
+	drop, accept, ret := Rule{Action: Drop{}}, Rule{Action: Accept{}}, Rule{Action: Return{}}
+	a := Chain{Name: "cali-x", Rules: []Rule{drop, accept, drop, ret}}
+	// accept inserted at the start and in the middle, a third drop at the end.
+	b := Chain{Name: "cali-x", Rules: []Rule{accept, drop, accept, accept, drop, ret, drop}}
+	ha, hb := a.Hashes(), b.Hashes()
+	// Equal rules are told apart by how many precede them: b's first
+	// accept is a's accept, its first two drops are a's.
+	for i, j := range map[int]int{0: 1, 1: 0, 2: 4, 3: 5} {
+		if ha[i] != hb[j] {
+			t.Errorf("rule %d of a (%s) is rule %d of b (%s): want the same hash", i, ha[i], j, hb[j])
 		}
 	}
-	h := Hook{Chain: "FORWARD", Rule: Rule{Action: Drop{}}}
-	if h.Hash() != want[0] {
-		t.Errorf("hook hash = %s, want %s", h.Hash(), want[0])
+	seen := map[string]bool{}
+	for _, h := range hb {
+		if seen[h] {
+			t.Errorf("hash %s repeats within a chain: %v", h, hb)
+		}
+		seen[h] = true
+		if len(h) != 16 {
+			t.Errorf("hash %q is not 16 characters", h)
+		}
 	}
-	if got, want := h.Line(), `-I FORWARD 1 -m comment --comment "cali:hecdSCslEjdBPBPo" --jump DROP`; got != want {
-		t.Errorf("hook line = %s, want %s", got, want)
-	}
-}
-
-func TestHashesChangeFromTheChangedRuleOn(t *testing.T) {
-	a := Chain{Name: "cali-x", Rules: []Rule{{Action: Drop{}}, {Action: Accept{}}, {Action: Return{}}}}
-	b := Chain{Name: "cali-x", Rules: []Rule{{Action: Drop{}}, {Action: Drop{}}, {Action: Return{}}}}
-	ha, hb := a.Hashes(), b.Hashes()
-	if ha[0] != hb[0] || ha[1] == hb[1] || ha[2] == hb[2] {
-		t.Errorf("hashes %v and %v: want equal first, different from the change on", ha, hb)
+	// A long chain (counted through a map) hashes as a short one would.
+	long := Chain{Name: "cali-x", Rules: slices.Concat(b.Rules, b.Rules)}
+	if hl := long.Hashes(); !slices.Equal(hl[:len(hb)], hb) || hl[len(hb)] == hb[0] {
+		t.Errorf("long chain's hashes %v, the short one's %v", hl, hb)
 	}
 	// The same rules in another chain hash differently.
 	c := Chain{Name: "cali-y", Rules: a.Rules}
 	if c.Hashes()[0] == ha[0] {
 		t.Error("hash does not depend on the chain name")
+	}
+	// A hook hashes as the first rule of a chain named after its
+	// built-in chain.
+	h := Hook{Chain: "FORWARD", Rule: drop}
+	fwd := Chain{Name: "FORWARD", Rules: []Rule{drop}}
+	if h.Hash() != fwd.Hashes()[0] {
+		t.Errorf("hook hash = %s, want %s", h.Hash(), fwd.Hashes()[0])
+	}
+	if got, want := h.Line(), `-I FORWARD 1 -m comment --comment "cali:`+h.Hash()+`" --jump DROP`; got != want {
+		t.Errorf("hook line = %s, want %s", got, want)
+	}
+}
+
+// TestRuleHashesFixed: the hashes are those the kernels of running nodes
+// hold; a change to them rewrites every chain of every node once, on its
+// upgrade.
+func TestRuleHashesFixed(t *testing.T) {
+	c := Chain{Name: "FORWARD", Rules: []Rule{{Action: Drop{}}, {Action: Accept{}}, {Action: Drop{}}, {Action: Accept{}}}}
+	want := []string{"jZxvdWiu23wbxjPv", "X36W3bfLJf1NQ4Ur", "l7VExwx6BaO9t7kS", "HvhTDi1dvYqYXZAv"}
+	if got := c.Hashes(); !slices.Equal(got, want) {
+		t.Errorf("hashes %q, want %q", got, want)
 	}
 }
 

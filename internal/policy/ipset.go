@@ -20,6 +20,10 @@ const (
 
 const maxSetNameLen = 31
 
+// DefaultIPSetMaxElem is the maxelem of the IP sets felix creates unless
+// FelixConfiguration's maxIpsetSize says otherwise.
+const DefaultIPSetMaxElem = 1048576
+
 // IPSet is one desired IP set with its complete membership.
 type IPSet struct {
 	// Name is the kernel name: "cali40" (IPv6: "cali60") followed by the
@@ -63,10 +67,10 @@ func netMember(p netip.Prefix) string {
 // is created if missing (-exist keeps an existing one). A live set of a
 // different type cannot be swapped; the caller must destroy it first (after
 // removing the rules that use it). maxElem is each set's maximum size
-// (felix's default is 1048576); 0 means that default.
+// (DefaultIPSetMaxElem, felix's default); 0 means that default.
 func RenderIPSets(sets []IPSet, maxElem int) string {
 	if maxElem <= 0 {
-		maxElem = 1048576
+		maxElem = DefaultIPSetMaxElem
 	}
 	var b strings.Builder
 	for i := range sets {

@@ -456,12 +456,16 @@ func (r *Rule) MatchString() string {
 	return b.String()
 }
 
-// Hashes returns the hash of each rule, as felix computes it: a SHA-224
-// chain seeded with the chain name, each link covering the previous hash
-// and the rule's text (with the literal "HASH" where the hash comment goes),
-// so a rule's hash changes when it or anything before it changes. The
-// programmer compares these with the comments it reads back from the
-// kernel to find what differs without parsing rules.
+// Hashes returns the hash of each rule: a SHA-224 of the chain name, the
+// rule's text (with the literal "HASH" where the hash comment goes) and how
+// many rules with the same text come before it in the chain, 16 characters
+// of base64. A rule's hash names the rule and its place among its equals,
+// never what precedes it, so that inserting a rule changes no other rule's
+// hash: the programmer can then insert into a chain in the kernel instead
+// of rewriting it (felix chains each hash over the previous one, which
+// makes every change below the first changed rule a rewrite). The hashes of
+// a chain are unique, so the list of them read back from the kernel still
+// shows a changed, missing, moved or foreign rule.
 func (c *Chain) Hashes() []string {
 	return ruleHashes(c.Name, c.Rules)
 }
@@ -477,17 +481,36 @@ func ruleHashes(chain string, rules []Rule) []string {
 func hashTails(chain string, tails []string) []string {
 	hashes := make([]string, len(tails))
 	h := sha256.New224()
-	h.Write([]byte(chain))
-	sum := h.Sum(nil)
 	prefix := []byte("-A " + chain + " HASH")
+	// seen counts the rules of each text so far; a short chain counts by
+	// looking back instead.
+	var seen map[string]int
+	if len(tails) > 8 {
+		seen = make(map[string]int, len(tails))
+	}
+	var sum []byte
+	var num [20]byte
 	for i, t := range tails {
+		n := 0
+		if seen != nil {
+			n = seen[t]
+			seen[t]++
+		} else {
+			for _, u := range tails[:i] {
+				if u == t {
+					n++
+				}
+			}
+		}
 		h.Reset()
-		h.Write(sum)
 		h.Write(prefix)
 		if t != "" {
 			h.Write([]byte{' '})
 			h.Write([]byte(t))
 		}
+		// The occurrence after a NUL, which no rule's text holds.
+		h.Write([]byte{0})
+		h.Write(strconv.AppendInt(num[:0], int64(n), 10))
 		sum = h.Sum(sum[:0])
 		hashes[i] = base64.RawURLEncoding.EncodeToString(sum)[:hashLen]
 	}
@@ -534,6 +557,12 @@ func (c *Chain) LinesHashed(hashes []string) []string {
 		tails[i] = c.Rules[i].tail()
 	}
 	return c.lines(tails, hashes)
+}
+
+// LineHashed is line i of LinesHashed alone, for a caller that writes
+// one rule of a long chain.
+func (c *Chain) LineHashed(i int, hash string) string {
+	return "-A " + c.Name + " " + joinFrag(hashFragment(hash), c.Rules[i].tail())
 }
 
 func (c *Chain) lines(tails, hashes []string) []string {
