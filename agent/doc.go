@@ -29,10 +29,10 @@
 // the current state in full.
 //
 // Policy reports every snapshot it has programmed in full (Programmed:
-// the workload endpoints compiled into it), and the route table what it
-// installed (routetable.Table.OnApplied): agent/epstatus turns those into
-// "this endpoint is programmed", which CNI ADD waits on, and into each
-// endpoint's timeline.
+// the workload endpoints compiled into it), and the route table what each
+// pass installed or removed (routetable.Table.OnApplied): agent/epstatus
+// turns those into "this endpoint is programmed", which CNI ADD waits on,
+// and into each endpoint's timeline.
 //
 // FelixConfiguration is merged in one place (FelixSpec: default, then
 // node.<name>, then the FELIX_* environment, field by field); FelixConfig

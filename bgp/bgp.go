@@ -51,13 +51,17 @@ type Reporter interface {
 
 // Route changes handed to the sink during a burst are spaced by
 // publishCostPerRoute per route published (a change costs in proportion
-// to its size, but the published set is still copied whole for the
-// explanations, and a full set goes out after every configuration
+// to its size, but a full set goes out after every configuration
 // change), at most by maxPublishInterval: a node with a hundred routes
 // passes every change on at once, one learning 10,000 routes at once
-// hands them on in batches every few milliseconds.
+// hands them on in batches every few milliseconds. The explanations'
+// copy of the published set (explainView.Published), made whole, is
+// spaced by exposeCostPerRoute per route, at most by maxPublishInterval:
+// copied after each batch of a 10,000-route burst it cost more than the
+// batches did.
 const (
 	publishCostPerRoute = 500 * time.Nanosecond
+	exposeCostPerRoute  = 10 * time.Microsecond
 	maxPublishInterval  = 100 * time.Millisecond
 )
 
@@ -307,7 +311,7 @@ func (a *Actor) Run(ctx context.Context) error {
 		haveConf, dirty, importDirty bool
 		ipam                         *IPAMState
 		backoff                      time.Duration
-		retry, publishAt             <-chan time.Time
+		retry, publishAt, exposeAt   <-chan time.Time
 		lastPublish                  time.Time
 		healthDue                    = true
 		r                            = &reconciler{a: a}
@@ -348,6 +352,9 @@ func (a *Actor) Run(ctx context.Context) error {
 			retry = nil
 		case <-publishAt:
 			publishAt = nil
+		case <-exposeAt:
+			exposeAt = nil
+			importDirty = true // the explanations' copy is due
 		}
 		if haveConf && ipam != nil && dirty && retry == nil {
 			dirty = false
@@ -368,7 +375,9 @@ func (a *Actor) Run(ctx context.Context) error {
 			if wait := time.Until(lastPublish.Add(interval)); wait > 0 {
 				publishAt = time.After(wait)
 			} else {
-				r.publish()
+				if wait := r.publish(); wait > 0 && exposeAt == nil {
+					exposeAt = time.After(wait)
+				}
 				importDirty, lastPublish = false, time.Now()
 			}
 		}
@@ -408,8 +417,9 @@ func (a *Actor) onEvent(ev *api.WatchEventResponse) {
 				a.changed[l.Prefix] = true
 				changed = true
 				if withdrawn {
-					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop,
-						Why: "the last path, from " + old.Peer.String() + " via " + old.NextHop.String() + ", was withdrawn"})
+					// Why stays empty: reason() words it when asked, not
+					// for each of a burst of withdrawals.
+					a.hist.add(l.Prefix, withdrawal{At: a.now(), Peer: old.Peer, NextHop: old.NextHop})
 				}
 			}
 			if local {
@@ -492,8 +502,9 @@ type reconciler struct {
 	holes   []routes.Route
 	isHole  map[netip.Prefix]bool
 	full    bool
-	stale   bool // last lags cur
-	secrets bool // some session has a password (or a missing one)
+	stale   bool      // last lags cur
+	exposed time.Time // when last was last copied from cur
+	secrets bool      // some session has a password (or a missing one)
 	view    explainView
 }
 
@@ -651,7 +662,9 @@ func (a *Actor) clearLearned() {
 // publish hands the kernel routes to the sink when they changed: after a
 // configuration change (or to a sink that only takes whole sets) the
 // whole set, otherwise the routes of the prefixes whose best path changed.
-func (r *reconciler) publish() {
+// It returns when to call it again for the explanations' copy, which it
+// put off; 0: not needed.
+func (r *reconciler) publish() time.Duration {
 	a := r.a
 	up, canUpdate := a.sink.(routeUpdater)
 	a.lmu.Lock()
@@ -671,7 +684,7 @@ func (r *reconciler) publish() {
 		}
 		a.lmu.Unlock()
 		r.publishAll(learned)
-		return
+		return 0
 	}
 	type change struct {
 		p     netip.Prefix
@@ -714,9 +727,15 @@ func (r *reconciler) publish() {
 		// Copying 10,000 routes for every change of a burst would cost
 		// more than the changes: the explanations catch up when it ends
 		// (more changes mean another publish is due).
-		return
+		return 0
 	}
-	r.stale = false
+	// Nor for every batch of one: gobgp's events come in spurts, and
+	// between two a batch finds nothing more to do.
+	now := time.Now()
+	if wait := r.exposed.Add(min(maxPublishInterval, time.Duration(len(r.cur))*exposeCostPerRoute)).Sub(now); wait > 0 {
+		return wait
+	}
+	r.stale, r.exposed = false, now
 	// The explanations' copy: in no particular order (they look routes
 	// up), and a new slice, since the status socket may be reading the old.
 	last := make([]routes.Route, 0, len(r.cur)+len(r.holes))
@@ -725,6 +744,7 @@ func (r *reconciler) publish() {
 	}
 	r.last = append(last, r.holes...)
 	r.expose(r.view)
+	return 0
 }
 
 // publishAll computes the whole set from learned and hands it over.

@@ -108,15 +108,10 @@ func (h *history) get(p netip.Prefix) *withdrawal {
 // decodePath turns a listed gobgp path into a pathFact.
 func decodePath(p *api.Path) (pathFact, error) {
 	var f pathFact
-	var pfx api.IPAddressPrefix
-	if err := p.Nlri.UnmarshalTo(&pfx); err != nil {
-		return f, fmt.Errorf("decode NLRI: %w", err)
+	var err error
+	if f.Prefix, err = pathPrefix(p); err != nil {
+		return f, err
 	}
-	addr, err := netip.ParseAddr(pfx.Prefix)
-	if err != nil {
-		return f, fmt.Errorf("decode NLRI %q: %w", pfx.Prefix, err)
-	}
-	f.Prefix = netip.PrefixFrom(addr.Unmap(), int(pfx.PrefixLen)).Masked()
 	if peer, err := netip.ParseAddr(p.NeighborIp); err == nil && !peer.IsUnspecified() {
 		f.Peer = peer.Unmap()
 	}
@@ -125,18 +120,7 @@ func decodePath(p *api.Path) (pathFact, error) {
 	}
 	f.Best, f.Stale, f.Filtered = p.Best, p.Stale, p.Filtered
 	for _, a := range p.Pattrs {
-		switch {
-		case a.MessageIs(&api.NextHopAttribute{}):
-			var nh api.NextHopAttribute
-			if err := a.UnmarshalTo(&nh); err == nil {
-				f.NextHop, _ = netip.ParseAddr(nh.NextHop)
-			}
-		case a.MessageIs(&api.MpReachNLRIAttribute{}):
-			var mp api.MpReachNLRIAttribute
-			if err := a.UnmarshalTo(&mp); err == nil && len(mp.NextHops) > 0 {
-				f.NextHop, _ = netip.ParseAddr(mp.NextHops[0])
-			}
-		case a.MessageIs(&api.AsPathAttribute{}):
+		if a.MessageIs(&api.AsPathAttribute{}) {
 			var ap api.AsPathAttribute
 			if err := a.UnmarshalTo(&ap); err == nil {
 				for _, seg := range ap.Segments {
@@ -145,7 +129,7 @@ func decodePath(p *api.Path) (pathFact, error) {
 			}
 		}
 	}
-	f.NextHop = f.NextHop.Unmap()
+	f.NextHop = pathNextHop(p)
 	return f, nil
 }
 

@@ -135,7 +135,15 @@ type withdrawal struct {
 	At      time.Time
 	Peer    netip.Addr // the last best path's peer; invalid when it was this node's
 	NextHop netip.Addr
-	Why     string
+	Why     string // "": the last path, from Peer via NextHop, was withdrawn
+}
+
+// reason is why the prefix has no path.
+func (w *withdrawal) reason() string {
+	if w.Why == "" && w.Peer.IsValid() {
+		return "the last path, from " + w.Peer.String() + " via " + w.NextHop.String() + ", was withdrawn"
+	}
+	return w.Why
 }
 
 // whyFacts is everything `bgp why` reads, gathered at one moment.
@@ -364,7 +372,7 @@ func buildWhy(f whyFacts) WhyReport {
 	}
 	if len(f.Global) == 0 && f.Withdrawn != nil {
 		w := f.Withdrawn
-		rep.Withdrawn = fmt.Sprintf("no path for %s: %s", age(f.Now, w.At), w.Why)
+		rep.Withdrawn = fmt.Sprintf("no path for %s: %s", age(f.Now, w.At), w.reason())
 		for _, pf := range f.Peers {
 			if w.Peer.IsValid() && pf.Session.Addr == w.Peer && pf.State != StateEstablished {
 				rep.Withdrawn += "; the session to " + w.Peer.String() + " is " + pf.State

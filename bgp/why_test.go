@@ -113,11 +113,13 @@ func TestBuildWhy(t *testing.T) {
 		name:   "withdrawn: the session to the last path's peer is down",
 		prefix: "10.244.2.0/26",
 		setup: func(f *whyFacts) {
-			f.Withdrawn = &withdrawal{At: f.Now.Add(-30 * time.Second), Peer: bAddr, NextHop: bAddr, Why: "the last path, from 192.0.2.12 via 192.0.2.12, was withdrawn"}
+			// As the actor records it: the reason worded when asked.
+			f.Withdrawn = &withdrawal{At: f.Now.Add(-30 * time.Second), Peer: bAddr, NextHop: bAddr}
 			f.Peers[1].State = StateActive
 		},
 		check: func(t *testing.T, rep WhyReport) {
-			texttest.Contains(t, "withdrawn", rep.Withdrawn, "no path for 00:00:30", "the session to 192.0.2.12 is Active")
+			texttest.Contains(t, "withdrawn", rep.Withdrawn, "no path for 00:00:30: the last path, from 192.0.2.12 via 192.0.2.12, was withdrawn",
+				"the session to 192.0.2.12 is Active")
 			if rep.Peers[0].Sent != SentWithdrawn {
 				t.Errorf("to the ToR: %s (%s)", rep.Peers[0].Sent, rep.Peers[0].Detail)
 			}

@@ -6,11 +6,12 @@
 //
 // # API model
 //
-// The Tracker is fed complete views by the parts that program the kernel,
-// each after a successful apply, and never reads the kernel itself:
+// The Tracker is fed views by the parts that program the kernel, each
+// after a successful apply (complete ones, but for the route table's: what
+// changed since its last report), and never reads the kernel itself:
 //
 //	policy actor ──PolicyApplied(every WorkloadEndpoint compiled)──┐
-//	route table ───RoutesApplied(every route installed)────────────┤
+//	route table ───RoutesApplied(the routes installed, removed)────┤
 //	BGP speaker ───Advertised(every prefix originated)─────────────┼─► Tracker ─► Wait (CNI ADD)
 //	confwatch ─────WorkloadEndpoint, FelixConfiguration (Run)──────┤          ├─► status files
 //	CNI server ────ADD received, addresses, veth, written, returned┘          ├─► Timeline (status socket)

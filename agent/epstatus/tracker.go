@@ -153,25 +153,43 @@ func (t *Tracker) PolicyApplied(weps []api.WorkloadEndpoint) {
 }
 
 // RoutesApplied is the route table's report after a successful apply:
-// every route it has installed.
-func (t *Tracker) RoutesApplied(installed []routes.Route) {
+// the routes it installed or changed (set) and removed (del) since its
+// previous report (routetable.Table.OnApplied). Only main-table unicast
+// routes count: blackholes cover nothing, and other tables are not the
+// pods' path. The first report, even an empty one, makes the routes known.
+func (t *Tracker) RoutesApplied(set, del []routes.Route) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	next := make(map[netip.Prefix]since, len(installed))
-	for _, r := range installed {
-		if r.Table != 0 || r.Type != routes.Unicast {
-			continue // blackholes cover nothing; other tables are not the pods' path
+	for _, r := range del {
+		if inMainTable(r) {
+			delete(t.installed, r.Dst)
 		}
-		s, ok := t.installed[r.Dst]
-		if !ok || s.route != r {
-			s = since{r, now}
-		}
-		next[r.Dst] = s
 	}
-	t.installed, t.routesKnown = next, true
+	for _, r := range set {
+		switch {
+		case !inMainTable(r):
+			// Another table's route to the same destination is not the
+			// main table's.
+		case r.Table != 0 || r.Type != routes.Unicast:
+			// The main table's route to r.Dst is now one that does not
+			// count.
+			delete(t.installed, r.Dst)
+		default:
+			if s, ok := t.installed[r.Dst]; !ok || s.route != r {
+				t.installed[r.Dst] = since{r, now}
+			}
+		}
+	}
+	t.routesKnown = true
 	t.progressLocked()
 }
+
+// inMainTable reports whether r is in the kernel's main table (254,
+// RT_TABLE_MAIN; 0 in a routes.Route means it too): the route table keys
+// a route by its table and destination, so a change to the main table's
+// route to a destination comes as a route to it in either spelling.
+func inMainTable(r routes.Route) bool { return r.Table == 0 || r.Table == 254 }
 
 // Advertised is the BGP speaker's report: every prefix it originates.
 func (t *Tracker) Advertised(prefixes []netip.Prefix) {

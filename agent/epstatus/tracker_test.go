@@ -3,6 +3,9 @@ package epstatus
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -69,7 +72,7 @@ func TestWait(t *testing.T) {
 				tr.PolicyApplied(tc.policy)
 			}
 			if tc.routes != nil {
-				tr.RoutesApplied(tc.routes)
+				tr.RoutesApplied(tc.routes, nil)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
@@ -95,7 +98,7 @@ func TestWait(t *testing.T) {
 func TestWaitWakesUp(t *testing.T) {
 	w := wep("n1", "default", "web", "c1", "7", "cali1", "10.0.0.5/32")
 	tr := newTracker(newClock(), nil, 0)
-	tr.RoutesApplied([]routes.Route{route("10.0.0.5/32", "cali1")})
+	tr.RoutesApplied([]routes.Route{route("10.0.0.5/32", "cali1")}, nil)
 	done := make(chan error, 1)
 	go func() { done <- tr.Wait(context.Background(), "default", w.Name, "7") }()
 	select {
@@ -150,7 +153,7 @@ func TestLocalTimeline(t *testing.T) {
 	tr.observeLocked([]confwatch.Update{{Type: confwatch.Set, Object: &w}}, false)
 	tr.mu.Unlock()
 	c.step(2 * time.Millisecond)
-	tr.RoutesApplied([]routes.Route{route("10.0.0.5/32", "cali1")})
+	tr.RoutesApplied([]routes.Route{route("10.0.0.5/32", "cali1")}, nil)
 	c.step(10 * time.Millisecond)
 	tr.PolicyApplied([]api.WorkloadEndpoint{w})
 	c.step(5 * time.Millisecond)
@@ -228,7 +231,7 @@ func TestRemoteTimeline(t *testing.T) {
 	tr.mu.Lock()
 	tr.observeLocked(nil, true) // the snapshot
 	tr.mu.Unlock()
-	tr.RoutesApplied([]routes.Route{{Dst: netip.MustParsePrefix("10.1.0.0/26"), Via: netip.MustParseAddr("192.0.2.2")}})
+	tr.RoutesApplied([]routes.Route{{Dst: netip.MustParsePrefix("10.1.0.0/26"), Via: netip.MustParseAddr("192.0.2.2")}}, nil)
 	c.step(time.Second)
 	w := wep("n2", "default", "db", "c9", "40", "cali9", "10.1.0.7/32")
 	tr.mu.Lock()
@@ -336,5 +339,73 @@ func TestADDFailedRecorded(t *testing.T) {
 	}
 	if _, ok := r.At(StageADDReturned); ok {
 		t.Error("a failed ADD has add_returned")
+	}
+}
+
+// TestRoutesAppliedChanges: fed the route table's changes, pass after
+// pass, the tracker's view of the installed routes (and since when each
+// has been as it is) is the one it would build from the whole set each
+// time: main-table unicast routes only, by destination, a route's time
+// kept while it stays the same.
+func TestRoutesAppliedChanges(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		c := newClock()
+		tr := newTracker(c, nil, 0)
+		// The route table's view: by table and destination, as it keys.
+		installed := map[string]routes.Route{}
+		ref := map[netip.Prefix]since{}
+		for step := range 200 {
+			c.step(time.Second)
+			before := maps.Clone(installed)
+			for range rng.IntN(8) {
+				r := routes.Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(16))}), 32),
+					Dev: []string{"cali1", "cali2"}[rng.IntN(2)], Table: []int{0, 0, 0, 254, 100}[rng.IntN(5)]}
+				if rng.IntN(5) == 0 {
+					r.Type, r.Dev = routes.Blackhole, ""
+				}
+				tbl := r.Table
+				if tbl == 0 {
+					tbl = 254
+				}
+				if k := fmt.Sprint(tbl, r.Dst); rng.IntN(3) == 0 {
+					delete(installed, k)
+				} else {
+					installed[k] = r
+				}
+			}
+			// The report: what changed, as the route table reports it.
+			var set, del []routes.Route
+			for k, r := range before {
+				if _, ok := installed[k]; !ok {
+					del = append(del, r)
+				}
+			}
+			for k, r := range installed {
+				if prev, ok := before[k]; !ok || prev != r {
+					set = append(set, r)
+				}
+			}
+			tr.RoutesApplied(set, del)
+			// The reference: the whole set, as the tracker took it before.
+			next := map[netip.Prefix]since{}
+			for _, r := range installed {
+				if r.Table != 0 || r.Type != routes.Unicast {
+					continue
+				}
+				s, ok := ref[r.Dst]
+				if !ok || s.route != r {
+					s = since{r, c.now()}
+				}
+				next[r.Dst] = s
+			}
+			ref = next
+			tr.mu.Lock()
+			got := maps.Clone(tr.installed)
+			tr.mu.Unlock()
+			if !maps.Equal(got, ref) {
+				t.Fatalf("seed %d step %d: tracker has\n%v\nthe whole set gives\n%v", seed, step, got, ref)
+			}
+		}
 	}
 }

@@ -242,7 +242,7 @@ func encodeRoute(op Op, seq uint32) ([]byte, error) {
 // writeReporting writes ops, keys[i] naming ops[i]'s route, and returns
 // the errors of the pass: a delete of a route already gone is none; a
 // refused replace is also recorded in problems under its key.
-func (t *Table) writeReporting(ops []Op, keys []string, problems map[string]string) []error {
+func (t *Table) writeReporting(ops []Op, keys []routeKey, problems map[routeKey]string) []error {
 	var errs []error
 	for i, err := range t.write(ops) {
 		switch {

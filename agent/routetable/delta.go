@@ -2,7 +2,6 @@ package routetable
 
 import (
 	"errors"
-	"maps"
 
 	"github.com/projectcalico/calico-node/agent/routes"
 )
@@ -18,11 +17,11 @@ func (t *Table) Update(source string, set, del []routes.Route) {
 	t.mu.Lock()
 	m := t.sources[source]
 	if m == nil {
-		m = map[string]routes.Route{}
+		m = map[routeKey]routes.Route{}
 		t.sources[source] = m
 	}
 	if t.touched == nil {
-		t.touched = map[string]bool{}
+		t.touched = map[routeKey]bool{}
 	}
 	for _, r := range del {
 		k := key(r)
@@ -40,7 +39,7 @@ func (t *Table) Update(source string, set, del []routes.Route) {
 
 // takeTouched returns and forgets the keys Updates changed, or all when a
 // Set happened since the last pass.
-func (t *Table) takeTouched() (keys map[string]bool, all bool) {
+func (t *Table) takeTouched() (keys map[routeKey]bool, all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	keys, all = t.touched, t.all
@@ -50,7 +49,7 @@ func (t *Table) takeTouched() (keys map[string]bool, all bool) {
 
 // winner is the route the sources want for k: the first source's in
 // sourceOrder (caller holds mu).
-func (t *Table) winner(order []string, k string) (routes.Route, bool) {
+func (t *Table) winner(order []string, k routeKey) (routes.Route, bool) {
 	for _, n := range order {
 		if r, ok := t.sources[n][k]; ok {
 			return r, true
@@ -63,39 +62,41 @@ func (t *Table) winner(order []string, k string) (routes.Route, bool) {
 // last pass could not write (a missing device): it writes what changed
 // for them against t.last and updates t.last, and what Inspect shows, in
 // place. It costs in proportion to the change, not to the table.
-func (t *Table) applyDelta(touched map[string]bool) error {
+func (t *Table) applyDelta(touched map[routeKey]bool) error {
+	// Slices rather than maps where a key is only visited: in a burst
+	// every map operation here is one per route.
+	type wanted struct {
+		k  routeKey
+		w  routes.Route
+		ok bool // some source wants k
+	}
 	t.mu.Lock()
-	keys := maps.Clone(touched)
-	if keys == nil {
-		keys = map[string]bool{}
+	order := t.sourceOrder()
+	keys := make([]wanted, 0, len(touched)+len(t.problems))
+	add := func(k routeKey) {
+		w, ok := t.winner(order, k)
+		keys = append(keys, wanted{k, w, ok})
+	}
+	for k := range touched {
+		add(k)
 	}
 	for k := range t.problems {
-		keys[k] = true
-	}
-	order := t.sourceOrder()
-	want := make(map[string]routes.Route, len(keys))
-	for k := range keys {
-		if r, ok := t.winner(order, k); ok {
-			want[k] = r
-		}
-	}
-	problems := map[string]string{}
-	for k, p := range t.problems {
-		if !keys[k] {
-			problems[k] = p
+		if !touched[k] {
+			add(k)
 		}
 	}
 	t.mu.Unlock()
 
 	t.skipped = 0
+	problems := map[routeKey]string{} // every earlier problem's key is looked at again
 	var ops []Op
-	var opKeys []string
-	written := map[string]routes.Route{} // keys to set in last once written
-	var gone []string                    // keys to drop from last
-	for k := range keys {
-		w, wanted := want[k]
+	var opKeys []routeKey
+	var written []wanted // to set in last once written
+	var gone []routeKey  // to drop from last
+	for _, kw := range keys {
+		k, w := kw.k, kw.w
 		prev, had := t.last[k]
-		if !wanted {
+		if !kw.ok {
 			if had {
 				gone = append(gone, k)
 				if nr, err := t.toNetlink(prev); err == nil { // else its device is gone, and the route with it
@@ -105,7 +106,7 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 			continue
 		}
 		if had && prev == w {
-			written[k] = w // in place already; maybe after a problem
+			written = append(written, kw) // in place already; maybe after a problem
 			continue
 		}
 		nr, err := t.toNetlink(w)
@@ -119,7 +120,7 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 			continue
 		}
 		ops, opKeys = append(ops, Op{Route: nr}), append(opKeys, k)
-		written[k] = w
+		written = append(written, kw)
 	}
 	// A refused route fails the pass: written is then not recorded, and
 	// its problem keeps it out of shown.
@@ -128,7 +129,9 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 	for _, k := range gone {
 		delete(t.shown, k)
 	}
-	maps.Copy(t.shown, written)
+	for _, kw := range written {
+		t.shown[kw.k] = kw.w
+	}
 	// shown holds what is in the kernel as wanted: not a route kept
 	// while its replacement waits for a device.
 	for k := range problems {
@@ -138,16 +141,21 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 	t.passes++
 	t.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil // the next pass lists the kernel again
+		t.relist = true // the next pass lists the kernel again
 		return err
 	}
+	report := t.onApplied != nil
 	for _, k := range gone {
 		if prev, ok := t.last[k]; ok {
 			t.m.change(&prev, nil)
 			delete(t.last, k)
+			if report {
+				t.appliedDel = append(t.appliedDel, prev)
+			}
 		}
 	}
-	for k, w := range written {
+	for _, kw := range written {
+		k, w := kw.k, kw.w
 		prev, had := t.last[k]
 		if had && prev == w {
 			continue
@@ -158,6 +166,9 @@ func (t *Table) applyDelta(touched map[string]bool) error {
 			t.m.change(nil, &w)
 		}
 		t.last[k] = w
+		if report {
+			t.appliedSet = append(t.appliedSet, w)
+		}
 	}
 	t.m.flush()
 	t.signalApplied()

@@ -101,43 +101,17 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 				t.Fatal(err)
 			}
 			sources := []string{routes.SourceBGP, routes.SourceBlackhole, routes.SourceWorkloads}
-			want := map[string]map[string]routes.Route{}
+			want := map[string]map[routeKey]routes.Route{}
 			for _, s := range sources {
-				want[s] = map[string]routes.Route{}
-			}
-			randRoute := func() routes.Route {
-				r := routes.Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(24) * 4)}), 30)}
-				if rng.IntN(4) == 0 {
-					r.Dst = netip.MustParsePrefix(fmt.Sprintf("fd00::%x/128", rng.IntN(8)))
-				}
-				switch rng.IntN(5) {
-				case 0:
-					r.Type = routes.Blackhole
-				case 1:
-					r.Dev = "eth0"
-				case 2:
-					r.Dev = "missing0" // never written, retried
-				case 3:
-					r.Via = netip.MustParseAddr("192.0.2.1")
-					r.Dev, r.OnLink = "tunl0", true
-					if r.Dst.Addr().Is6() {
-						r.Via = netip.MustParseAddr("fd00::ffff")
-					}
-				default:
-					r.Dev, r.Metric = "eth0", 1+rng.IntN(3)
-				}
-				if rng.IntN(6) == 0 {
-					r.Table = 100
-				}
-				return r
+				want[s] = map[routeKey]routes.Route{}
 			}
 			for step := range 200 {
 				s := sources[rng.IntN(len(sources))]
 				if rng.IntN(10) == 0 {
 					var rs []routes.Route
-					want[s] = map[string]routes.Route{}
+					want[s] = map[routeKey]routes.Route{}
 					for range rng.IntN(30) {
-						r := randRoute()
+						r := randRoute(rng)
 						if !hasKey(want[s], key(r)) {
 							want[s][key(r)] = r
 						}
@@ -147,7 +121,7 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 				} else {
 					var set, del []routes.Route
 					for range rng.IntN(6) {
-						r := randRoute()
+						r := randRoute(rng)
 						if rng.IntN(3) == 0 {
 							del = append(del, r)
 							continue
@@ -211,6 +185,37 @@ func TestDeltaEqualsFullReconcile(t *testing.T) {
 	}
 }
 
+// randRoute is a random route among few destinations (so that sources
+// and changes collide), of every kind the table writes: blackhole, to a
+// device, to a device that does not exist, via a gateway, with a metric,
+// in another table.
+func randRoute(rng *rand.Rand) routes.Route {
+	r := routes.Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(24) * 4)}), 30)}
+	if rng.IntN(4) == 0 {
+		r.Dst = netip.MustParsePrefix(fmt.Sprintf("fd00::%x/128", rng.IntN(8)))
+	}
+	switch rng.IntN(5) {
+	case 0:
+		r.Type = routes.Blackhole
+	case 1:
+		r.Dev = "eth0"
+	case 2:
+		r.Dev = "missing0" // never written, retried
+	case 3:
+		r.Via = netip.MustParseAddr("192.0.2.1")
+		r.Dev, r.OnLink = "tunl0", true
+		if r.Dst.Addr().Is6() {
+			r.Via = netip.MustParseAddr("fd00::ffff")
+		}
+	default:
+		r.Dev, r.Metric = "eth0", 1+rng.IntN(3)
+	}
+	if rng.IntN(6) == 0 {
+		r.Table = 100
+	}
+	return r
+}
+
 // gauges is the route count gauges of reg as text.
 func gauges(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
@@ -229,4 +234,93 @@ func gauges(t *testing.T, reg *prometheus.Registry) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// flakyKernel refuses a route now and then, failing the pass.
+type flakyKernel struct {
+	*memKernel
+	rng *rand.Rand
+}
+
+func (k *flakyKernel) RouteReplace(r *netlink.Route) error {
+	if k.rng.IntN(40) == 0 {
+		return unix.EINVAL
+	}
+	return k.memKernel.RouteReplace(r)
+}
+
+// TestOnAppliedAddsUpToInstalled drives a table with random Sets and
+// Updates, full and delta passes as Run makes them, refused routes that
+// fail a pass and a missing device that appears: after every pass the
+// changes OnApplied reported, applied in turn, are what the table has
+// installed, and a failed pass reports nothing.
+func TestOnAppliedAddsUpToInstalled(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 2))
+			k := &flakyKernel{&memKernel{links: []string{"eth0", "tunl0"}, routes: map[string]netlink.Route{}}, rng}
+			tbl := New(k, 0, quiet())
+			view := map[routeKey]routes.Route{} // what the reports add up to
+			reported := false
+			tbl.OnApplied(func(set, del []routes.Route) {
+				reported = true
+				seen := map[routeKey]bool{}
+				for _, r := range del {
+					if seen[key(r)] {
+						t.Errorf("%s reported twice in one pass", key(r))
+					}
+					seen[key(r)] = true
+					if _, ok := view[key(r)]; !ok {
+						t.Errorf("%s removed, but was not installed", key(r))
+					}
+					delete(view, key(r))
+				}
+				for _, r := range set {
+					if seen[key(r)] {
+						t.Errorf("%s reported twice in one pass", key(r))
+					}
+					seen[key(r)] = true
+					view[key(r)] = r
+				}
+			})
+			sources := []string{routes.SourceBGP, routes.SourceBlackhole, routes.SourceWorkloads}
+			for step := range 300 {
+				s := sources[rng.IntN(len(sources))]
+				switch {
+				case step == 150:
+					k.links = append(k.links, "missing0")
+				case rng.IntN(10) == 0:
+					var rs []routes.Route
+					for range rng.IntN(30) {
+						rs = append(rs, randRoute(rng))
+					}
+					tbl.Set(s, rs)
+				default:
+					var set, del []routes.Route
+					for range rng.IntN(6) {
+						if r := randRoute(rng); rng.IntN(3) == 0 {
+							del = append(del, r)
+						} else {
+							set = append(set, r)
+						}
+					}
+					tbl.Update(s, set, del)
+				}
+				reported = false
+				err := tbl.passAndReport(step == 0 || rng.IntN(25) == 0)
+				if err != nil {
+					if reported {
+						t.Fatalf("step %d: a failed pass (%v) reported changes", step, err)
+					}
+					continue
+				}
+				if !reported {
+					t.Fatalf("step %d: a successful pass reported nothing", step)
+				}
+				if !maps.Equal(view, tbl.last) {
+					t.Fatalf("step %d: reports add up to\n%v\nthe table has installed\n%v", step, view, tbl.last)
+				}
+			}
+		})
+	}
 }

@@ -9,8 +9,8 @@ import (
 // record keeps what a pass left in the kernel (want without the routes
 // it failed to write) and why it failed, for Inspect. want is not
 // modified afterwards: it becomes t.last or is dropped.
-func (t *Table) record(want map[string]routes.Route, problems map[string]string) {
-	shown := make(map[string]routes.Route, len(want))
+func (t *Table) record(want map[routeKey]routes.Route, problems map[routeKey]string) {
+	shown := make(map[routeKey]routes.Route, len(want))
 	for k, r := range want {
 		if _, failed := problems[k]; !failed {
 			shown[k] = r
@@ -31,8 +31,8 @@ func (t *Table) Inspect(dst netip.Prefix) routes.Inspection {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	in := routes.Inspection{Passes: t.passes}
-	var keys []string
-	seen := map[string]bool{}
+	var keys []routeKey
+	seen := map[routeKey]bool{}
 	for _, n := range t.sourceOrder() {
 		for _, r := range t.sources[n] {
 			if r.Dst.Masked() != dst {
@@ -49,7 +49,7 @@ func (t *Table) Inspect(dst netip.Prefix) routes.Inspection {
 	// program.
 	mainKey := key(routes.Route{Dst: dst})
 	others := keys
-	keys = []string{mainKey}
+	keys = []routeKey{mainKey}
 	for _, k := range others {
 		if k != mainKey {
 			keys = append(keys, k)

@@ -1,6 +1,7 @@
 package routetable
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +24,28 @@ import (
 	"github.com/projectcalico/calico-node/agent/routes"
 )
 
-// key identifies a route in the kernel: its table and destination.
-func key(r routes.Route) string { return strconv.Itoa(table(r)) + "/" + r.Dst.String() }
+// routeKey identifies a route in the kernel: its table and destination.
+// A struct, not text: a burst of 10,000 routes looks keys up several
+// times per route, and formatting each cost an allocation or three.
+type routeKey struct {
+	table int
+	dst   netip.Prefix
+}
+
+func (k routeKey) String() string { return strconv.Itoa(k.table) + "/" + k.dst.String() }
+
+// compare orders keys by table, then destination.
+func (k routeKey) compare(o routeKey) int {
+	if c := cmp.Compare(k.table, o.table); c != 0 {
+		return c
+	}
+	if c := k.dst.Addr().Compare(o.dst.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.dst.Bits(), o.dst.Bits())
+}
+
+func key(r routes.Route) routeKey { return routeKey{table(r), r.Dst} }
 
 func table(r routes.Route) int {
 	if r.Table == 0 {
@@ -48,12 +69,12 @@ type Table struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	sources  map[string]map[string]routes.Route // by source, then key
-	expected map[string]bool                    // sources to wait for before the first write
-	dirty    chan struct{}                      // 1-slot: coalesces wake-ups
+	sources  map[string]map[routeKey]routes.Route // by source, then key
+	expected map[string]bool                      // sources to wait for before the first write
+	dirty    chan struct{}                        // 1-slot: coalesces wake-ups
 	// touched are the keys Update changed since the last pass; all: a Set
 	// did, so the next pass merges every source (under mu).
-	touched map[string]bool
+	touched map[routeKey]bool
 	all     bool
 
 	refresh *refresh.Ticker // full-resync period; 0: none
@@ -63,18 +84,25 @@ type Table struct {
 	// last is what the previous successful reconcile left in the kernel
 	// (owned by Run): changes between full resyncs are applied as a diff
 	// against it, without listing the kernel's routes.
-	last map[string]routes.Route
+	last map[routeKey]routes.Route
+	// relist: a pass failed, so last no longer says what the kernel has
+	// and the next pass lists it (owned by Run). last is kept: it is
+	// still what onApplied was last told.
+	relist bool
 	// skipped counts the wanted routes the last pass left out because
 	// their device does not exist yet (owned by Run).
 	skipped int
 
-	// onApplied hears of every successful pass (set before Run).
-	onApplied func(installed []routes.Route)
+	// onApplied hears of every successful pass what it changed in last
+	// (set before Run); appliedSet and appliedDel are that change, built
+	// by the pass (owned by Run).
+	onApplied              func(set, del []routes.Route)
+	appliedSet, appliedDel []routes.Route
 
 	// What the last pass left in the kernel and why it left some wanted
 	// routes out, by key, for Inspect (under mu; replaced, never mutated).
-	shown    map[string]routes.Route
-	problems map[string]string
+	shown    map[routeKey]routes.Route
+	problems map[routeKey]string
 	passes   int
 
 	m *metrics // nil: none
@@ -102,8 +130,8 @@ func (t *Table) SetRemoveExternalRoutes(prefixes []string) {
 // externalRoutes are the routes to workload interfaces (names with one of
 // prefixes) of other protocols than ours, by key, that the full reconcile
 // removes unless wanted.
-func (t *Table) externalRoutes(prefixes []string) (map[string]netlink.Route, error) {
-	out := map[string]netlink.Route{}
+func (t *Table) externalRoutes(prefixes []string) (map[routeKey]netlink.Route, error) {
+	out := map[routeKey]netlink.Route{}
 	names := map[int]string{}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
@@ -126,7 +154,7 @@ func (t *Table) externalRoutes(prefixes []string) (map[string]netlink.Route, err
 				names[r.LinkIndex] = name
 			}
 			if name != "" && slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
-				out[strconv.Itoa(r.Table)+"/"+dst.String()] = r
+				out[routeKey{r.Table, dst}] = r
 			}
 		}
 	}
@@ -167,7 +195,7 @@ func (t *Table) RegisterMetrics(reg prometheus.Registerer) error {
 }
 
 // count sets the gauges from the routes now in the kernel.
-func (m *metrics) count(rs map[string]routes.Route) {
+func (m *metrics) count(rs map[routeKey]routes.Route) {
 	if m == nil {
 		return
 	}
@@ -248,7 +276,7 @@ func btoi(b bool) int {
 func New(k Kernel, period time.Duration, logger *slog.Logger) *Table {
 	return &Table{
 		k: k, log: logger.With("component", "routes"), refresh: refresh.NewTicker(period),
-		sources: map[string]map[string]routes.Route{},
+		sources: map[string]map[routeKey]routes.Route{},
 		dirty:   make(chan struct{}, 1),
 		applied: make(chan struct{}),
 	}
@@ -290,7 +318,7 @@ func (t *Table) ready() bool {
 // Set replaces the routes wanted by source. Of two routes to the same
 // table and destination, the first counts.
 func (t *Table) Set(source string, rs []routes.Route) {
-	m := make(map[string]routes.Route, len(rs))
+	m := make(map[routeKey]routes.Route, len(rs))
 	for _, r := range rs {
 		if k := key(r); !hasKey(m, k) {
 			m[k] = r
@@ -303,7 +331,7 @@ func (t *Table) Set(source string, rs []routes.Route) {
 	t.kick()
 }
 
-func hasKey(m map[string]routes.Route, k string) bool { _, ok := m[k]; return ok }
+func hasKey(m map[routeKey]routes.Route, k routeKey) bool { _, ok := m[k]; return ok }
 
 func (t *Table) kick() {
 	select {
@@ -312,11 +340,18 @@ func (t *Table) kick() {
 	}
 }
 
-// OnApplied has f told, after every successful pass of Run, every route
-// the table has installed (a fresh slice f may keep): so that CNI ADD can
-// wait for a pod's route (agent/epstatus). Call before Run; f runs on
-// Run's goroutine and must be quick.
-func (t *Table) OnApplied(f func(installed []routes.Route)) { t.onApplied = f }
+// OnApplied has f told, after every successful pass of Run, how the
+// routes the table has installed changed since f was last called: set
+// holds the routes installed or changed, del those removed (fresh slices f
+// may keep; a table and destination is in at most one of them). The first
+// call sets every installed route, so applying each call's changes in
+// turn gives what the table has installed: so that CNI ADD can wait for a
+// pod's route (agent/epstatus). f is called after every successful pass,
+// changes or not. Changes rather than the whole set: a burst of BGP
+// routes passes many times, and copying 10,000 routes for each pass cost
+// more than the pass. Call before Run (a Reconcile called outside Run
+// is not reported); f runs on Run's goroutine and must be quick.
+func (t *Table) OnApplied(f func(set, del []routes.Route)) { t.onApplied = f }
 
 // Applied returns a channel closed after the next successful reconcile.
 func (t *Table) Applied() <-chan struct{} {
@@ -360,19 +395,12 @@ func (t *Table) Run(ctx context.Context) error {
 		if !t.ready() {
 			continue
 		}
-		if err := t.pass(full); err != nil {
+		if err := t.passAndReport(full); err != nil {
 			backoff = min(max(backoff*2, 100*time.Millisecond), 10*time.Second)
 			t.log.Warn("route reconcile failed, will retry", "err", err, "backoff", backoff)
 			continue
 		}
 		backoff = 0
-		if t.onApplied != nil {
-			installed := make([]routes.Route, 0, len(t.last))
-			for _, r := range t.last {
-				installed = append(installed, r)
-			}
-			t.onApplied(installed)
-		}
 		if t.skipped > 0 {
 			pendingBackoff = min(max(pendingBackoff*2, 200*time.Millisecond), 10*time.Second)
 		} else {
@@ -381,11 +409,24 @@ func (t *Table) Run(ctx context.Context) error {
 	}
 }
 
+// passAndReport is one pass of Run's and, when it succeeds, its report
+// to onApplied.
+func (t *Table) passAndReport(full bool) error {
+	t.appliedSet, t.appliedDel = nil, nil // the pass notes its changes here
+	if err := t.pass(full); err != nil {
+		return err
+	}
+	if t.onApplied != nil {
+		t.onApplied(t.appliedSet, t.appliedDel)
+	}
+	return nil
+}
+
 // pass is one reconcile of Run's: full lists the kernel; otherwise only
 // what changed since the last pass is written, merging every source after
 // a Set and looking only at the touched destinations after Updates.
 func (t *Table) pass(full bool) error {
-	if full || t.last == nil {
+	if full || t.last == nil || t.relist {
 		return t.Reconcile()
 	}
 	if keys, all := t.takeTouched(); !all {
@@ -395,9 +436,9 @@ func (t *Table) pass(full bool) error {
 }
 
 // desired merges the sources; earlier sources win conflicts.
-func (t *Table) desired() map[string]routes.Route {
+func (t *Table) desired() map[routeKey]routes.Route {
 	t.mu.Lock()
-	out := map[string]routes.Route{}
+	out := map[routeKey]routes.Route{}
 	for _, n := range t.sourceOrder() {
 		for _, r := range t.sources[n] {
 			k := key(r)
@@ -445,17 +486,17 @@ func (t *Table) Reconcile() error {
 	for _, nr := range d.replace {
 		ops = append(ops, Op{Route: nr})
 	}
-	keys := make([]string, len(d.del), len(ops)) // a delete records no problem
+	keys := make([]routeKey, len(d.del), len(ops)) // a delete records no problem
 	for _, r := range d.changed {
 		keys = append(keys, key(r))
 	}
 	errs = append(errs, t.writeReporting(ops, keys, d.problems)...)
 	t.record(d.want, d.problems)
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil // next pass lists the kernel again
+		t.relist = true
 		return err
 	}
-	t.last = d.want
+	t.replaceLast(d.want)
 	t.m.count(d.want)
 	t.signalApplied()
 	return nil
@@ -468,18 +509,18 @@ type routeDiff struct {
 	changed []routes.Route   // the wanted routes of replace, in order
 	isNew   []bool           // for each of replace: not in the kernel at all
 	skipped []routes.Route   // wanted, but their device does not exist
-	want    map[string]routes.Route
+	want    map[routeKey]routes.Route
 	same    int // wanted and already in the kernel as wanted
 	// problems says, by key, why a wanted route is not written (Inspect).
-	problems map[string]string
+	problems map[routeKey]string
 }
 
 // diff lists our routes in the kernel and compares them with the desired
 // ones. It only reads.
 func (t *Table) diff() (routeDiff, error) {
-	d := routeDiff{want: t.desired(), problems: map[string]string{}}
+	d := routeDiff{want: t.desired(), problems: map[routeKey]string{}}
 	t.skipped = 0
-	actual := map[string]netlink.Route{}
+	actual := map[routeKey]netlink.Route{}
 	listStart := time.Now()
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := t.k.RouteListFiltered(fam, &netlink.Route{Protocol: routeproto.Calico, Table: unix.RT_TABLE_UNSPEC},
@@ -492,7 +533,7 @@ func (t *Table) diff() (routeDiff, error) {
 			if !ok {
 				continue
 			}
-			actual[strconv.Itoa(r.Table)+"/"+dst.String()] = r
+			actual[routeKey{r.Table, dst}] = r
 		}
 	}
 	t.mu.Lock()
@@ -519,11 +560,11 @@ func (t *Table) diff() (routeDiff, error) {
 			d.del = append(d.del, r)
 		}
 	}
-	keys := make([]string, 0, len(d.want))
+	keys := make([]routeKey, 0, len(d.want))
 	for k := range d.want {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.SortFunc(keys, routeKey.compare)
 	for _, k := range keys {
 		w := d.want[k]
 		nr, err := t.toNetlink(w)
@@ -626,7 +667,7 @@ func (t *Table) applyDiff() error {
 	t.skipped = 0
 	var errs []error
 	var ops []Op
-	var keys []string // of ops, for their problems
+	var keys []routeKey // of ops, for their problems
 	for k, r := range t.last {
 		if _, ok := want[k]; ok {
 			continue
@@ -637,7 +678,7 @@ func (t *Table) applyDiff() error {
 		}
 		ops, keys = append(ops, Op{Del: true, Route: nr}), append(keys, k)
 	}
-	problems := map[string]string{}
+	problems := map[routeKey]string{}
 	for k, w := range want {
 		if prev, ok := t.last[k]; ok && prev == w {
 			continue
@@ -662,13 +703,31 @@ func (t *Table) applyDiff() error {
 	errs = append(errs, t.writeReporting(ops, keys, problems)...)
 	t.record(want, problems)
 	if err := errors.Join(errs...); err != nil {
-		t.last = nil
+		t.relist = true
 		return err
 	}
-	t.last = want
+	t.replaceLast(want)
 	t.m.count(want)
 	t.signalApplied()
 	return nil
+}
+
+// replaceLast makes next what the kernel holds after a pass that
+// computed it whole, noting for onApplied what changed against last.
+func (t *Table) replaceLast(next map[routeKey]routes.Route) {
+	if t.onApplied != nil {
+		for k, r := range t.last {
+			if _, ok := next[k]; !ok {
+				t.appliedDel = append(t.appliedDel, r)
+			}
+		}
+		for k, r := range next {
+			if prev, ok := t.last[k]; !ok || prev != r {
+				t.appliedSet = append(t.appliedSet, r)
+			}
+		}
+	}
+	t.last, t.relist = next, false
 }
 
 func (t *Table) signalApplied() {

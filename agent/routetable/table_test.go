@@ -384,25 +384,27 @@ func TestSetRefreshIntervalAtRuntime(t *testing.T) {
 	}
 }
 
-// OnApplied reports what the table has installed after each pass: a
-// route whose device is missing is not in it until the device appears.
+// OnApplied reports what each pass changed in what the table has
+// installed: a route whose device is missing is not in it until the
+// device appears, and a withdrawn route is reported removed.
 func TestOnApplied(t *testing.T) {
 	nl := testNS(t)
 	tbl := New(nl, 0, quiet())
-	reports := make(chan []routes.Route, 100)
-	tbl.OnApplied(func(installed []routes.Route) { reports <- installed })
+	type report struct{ set, del []routes.Route }
+	reports := make(chan report, 100)
+	tbl.OnApplied(func(set, del []routes.Route) { reports <- report{set, del} })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- tbl.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	want := routes.Route{Dst: netip.MustParsePrefix("10.244.0.9/32"), Dev: "later1"}
-	tbl.Set(routes.SourceWorkloads, []routes.Route{want, {Dst: netip.MustParsePrefix("10.244.1.0/26"), Type: routes.Blackhole}})
-	has := func(rs []routes.Route) bool { return slices.Contains(rs, want) }
+	hole := routes.Route{Dst: netip.MustParsePrefix("10.244.1.0/26"), Type: routes.Blackhole}
+	tbl.Set(routes.SourceWorkloads, []routes.Route{want, hole})
 	select {
-	case rs := <-reports:
-		if has(rs) || len(rs) != 1 {
-			t.Fatalf("first report = %v, want the blackhole only (the device is missing)", rs)
+	case r := <-reports:
+		if !slices.Equal(r.set, []routes.Route{hole}) || len(r.del) != 0 {
+			t.Fatalf("first report = %+v, want the blackhole set only (the device is missing)", r)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no report")
@@ -412,20 +414,36 @@ func TestOnApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	nl.LinkSetUp(l)
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case rs := <-reports:
-			if has(rs) {
-				if ours(t, nl)["10.244.0.9/32"] != "later1" {
-					t.Fatalf("reported before the kernel had it: %v", ours(t, nl))
+	next := func(what string, ok func(report) bool) {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case r := <-reports:
+				if ok(r) {
+					return
 				}
-				return
+				if len(r.set)+len(r.del) > 0 {
+					t.Fatalf("report %+v before %s", r, what)
+				}
+			case <-deadline:
+				t.Fatalf("never reported: %s", what)
 			}
-		case <-deadline:
-			t.Fatal("the route was never reported installed")
 		}
 	}
+	next("the route installed", func(r report) bool {
+		if !slices.Equal(r.set, []routes.Route{want}) || len(r.del) != 0 {
+			return false
+		}
+		if ours(t, nl)["10.244.0.9/32"] != "later1" {
+			t.Fatalf("reported before the kernel had it: %v", ours(t, nl))
+		}
+		return true
+	})
+	tbl.Update(routes.SourceWorkloads, nil, []routes.Route{hole})
+	next("the blackhole removed", func(r report) bool {
+		return len(r.set) == 0 && slices.Equal(r.del, []routes.Route{hole})
+	})
 }
 
 // TestRemoveExternalRoutes: with removeExternalRoutes (Felix's default) a
