@@ -335,16 +335,12 @@ func testNode(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	eventually(t, deadline, e.gone("Node", "", "calico-b"))
-	for _, check := range []func() error{
+	checkAll(t,
 		e.gone("WorkloadEndpoint", "apps", w.Name),
 		e.gone("BGPPeer", "", "tor-b"),
 		e.gone("FelixConfiguration", "", "node.calico-b"),
 		e.released(ip),
-	} {
-		if err := check(); err != nil {
-			t.Error(err)
-		}
-	}
+	)
 	if blocks, err := e.ipam.AffineBlocks(e.ctx, "calico-b"); err != nil || len(blocks) != 0 {
 		t.Errorf("affinities left: %v, %v", blocks, err)
 	}
@@ -360,9 +356,7 @@ func testNode(t *testing.T, e *env) {
 // uses is released, after the grace period, and the release is logged.
 func testIPAMGC(t *testing.T, e *env) {
 	k := e.kube.Client
-	kcc := &api.KubeControllersConfiguration{}
-	kcc.Kind, kcc.APIVersion, kcc.Name = "KubeControllersConfiguration", api.GroupVersion, "default"
-	kcc.Spec.Controllers.Node = &api.NodeControllerConfig{LeakGracePeriod: &api.Duration{Duration: 2 * time.Second}}
+	kcc := leakGracePeriod(2 * time.Second)
 	e.create(t, ippool("10.30.0.0/16"))
 	if _, err := k.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "k8s-node-c"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -416,20 +410,7 @@ func testIPAMGC(t *testing.T, e *env) {
 	if d := time.Since(start); d < 2*time.Second {
 		t.Errorf("leak released %s after the unlock, before the 2s grace period", d)
 	}
-	logs := e.logs.String()
-	if !strings.Contains(logs, "released leaked IP address") || !strings.Contains(logs, "ip="+leaked.String()) || !strings.Contains(logs, "pod=gc/leaked") {
-		t.Errorf("release of %s not logged with its pod:\n%s", leaked, logs)
-	}
-	// Two more grace periods: nothing else goes.
-	time.Sleep(4 * time.Second)
-	for name, ip := range map[string]netip.Addr{"live": live, "starting": starting, "ended": ended, "other": other} {
-		if _, err := e.ipam.Lookup(e.ctx, ip); err != nil {
-			t.Errorf("%s address %s released: %v", name, ip, err)
-		}
-	}
-	if strings.Count(e.logs.String(), "released leaked IP address") != 1 {
-		t.Errorf("more than one leaked address released:\n%s", e.logs.String())
-	}
+	e.onlyLeakReleased(t, leaked, map[string]netip.Addr{"live": live, "starting": starting, "ended": ended, "other": other})
 }
 
 // TestLeaderFailover: of two instances only the lease holder acts; when it

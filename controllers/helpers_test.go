@@ -22,6 +22,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/testkit/polltest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // env is a Kubernetes control plane and a Calico datastore.
@@ -216,6 +217,43 @@ func endpoint(t *testing.T, ns, node, pod, containerID string, labels map[string
 	}
 	w.Name = name
 	return w
+}
+
+// checkAll reports every check that fails, not only the first.
+func checkAll(t *testing.T, checks ...func() error) {
+	t.Helper()
+	for _, check := range checks {
+		if err := check(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// leakGracePeriod is the KubeControllersConfiguration that sets the
+// node controller's leak grace period.
+func leakGracePeriod(d time.Duration) *api.KubeControllersConfiguration {
+	kcc := &api.KubeControllersConfiguration{}
+	kcc.Kind, kcc.APIVersion, kcc.Name = "KubeControllersConfiguration", api.GroupVersion, "default"
+	kcc.Spec.Controllers.Node = &api.NodeControllerConfig{LeakGracePeriod: &api.Duration{Duration: d}}
+	return kcc
+}
+
+// onlyLeakReleased checks the end of an IPAM GC test, once leaked (the
+// address of pod gc/leaked) was released: its release was logged with
+// the pod, and two more grace periods (of 2s) later none of kept has
+// gone and no other leak was released.
+func (e *env) onlyLeakReleased(t *testing.T, leaked netip.Addr, kept map[string]netip.Addr) {
+	t.Helper()
+	texttest.Contains(t, "logs", e.logs.String(), "released leaked IP address", "ip="+leaked.String(), "pod=gc/leaked")
+	time.Sleep(4 * time.Second)
+	for name, ip := range kept {
+		if _, err := e.ipam.Lookup(e.ctx, ip); err != nil {
+			t.Errorf("%s address %s released: %v", name, ip, err)
+		}
+	}
+	if strings.Count(e.logs.String(), "released leaked IP address") != 1 {
+		t.Errorf("more than one leaked address released:\n%s", e.logs.String())
+	}
 }
 
 // allocate assigns one address on node for a pod (attrs as the CNI

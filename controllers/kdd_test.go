@@ -106,14 +106,10 @@ func TestKDD(t *testing.T) {
 
 	t.Run("configuration of a node that never existed stays", func(t *testing.T) {
 		// Several full reconciles have run by now (the first at start).
-		for _, check := range []func() error{
+		checkAll(t,
 			e.exists("BGPPeer", "", "tor-future"),
 			e.exists("FelixConfiguration", "", "node.kdd-future"),
-		} {
-			if err := check(); err != nil {
-				t.Error(err)
-			}
-		}
+		)
 	})
 
 	t.Run("ipamgc", func(t *testing.T) {
@@ -201,7 +197,7 @@ func testNodeKDD(t *testing.T, e *env) {
 	}
 	eventually(t, deadline, e.gone("BGPPeer", "", "tor-b"))
 	eventually(t, deadline, e.gone("BGPConfiguration", "", "node.kdd-b"))
-	for _, check := range []func() error{
+	checkAll(t,
 		e.gone("HostEndpoint", "", "kdd-b-eth0"),
 		e.gone("FelixConfiguration", "", "node.kdd-b"),
 		e.released(ip),
@@ -210,11 +206,7 @@ func testNodeKDD(t *testing.T, e *env) {
 		e.noHandle("vxlan-tunnel-addr-kdd-b"),
 		e.noAffinities("kdd-b"),
 		e.exists("BGPPeer", "", "tor-c"),
-	} {
-		if err := check(); err != nil {
-			t.Error(err)
-		}
-	}
+	)
 	logs := e.logs.String()
 	texttest.Contains(t, "logs", logs, "released address of removed node", "ip="+ip.String(), "ip="+tunnel.String())
 }
@@ -223,9 +215,7 @@ func testNodeKDD(t *testing.T, e *env) {
 // (the computed endpoint) list it; only the address of a pod that is gone
 // is released, after the grace period.
 func testIPAMGCKDD(t *testing.T, e *env) {
-	kcc := &api.KubeControllersConfiguration{}
-	kcc.Kind, kcc.APIVersion, kcc.Name = "KubeControllersConfiguration", api.GroupVersion, "default"
-	kcc.Spec.Controllers.Node = &api.NodeControllerConfig{LeakGracePeriod: &api.Duration{Duration: 2 * time.Second}}
+	kcc := leakGracePeriod(2 * time.Second)
 	e.k8sNode(t, "kdd-gc", nil)
 	e.kube.CreateNamespace(t, "gc", nil)
 
@@ -252,20 +242,7 @@ func testIPAMGCKDD(t *testing.T, e *env) {
 	if err := e.noHandle("k8s-pod-network.leaked")(); err != nil {
 		t.Error(err)
 	}
-	logs := e.logs.String()
-	if !strings.Contains(logs, "released leaked IP address") || !strings.Contains(logs, "ip="+leaked.String()) || !strings.Contains(logs, "pod=gc/leaked") {
-		t.Errorf("release of %s not logged with its pod:\n%s", leaked, logs)
-	}
-	// Two more grace periods: nothing else goes.
-	time.Sleep(4 * time.Second)
-	for name, ip := range map[string]netip.Addr{"live": live, "starting": starting, "other": other, "tunnel": tunnel} {
-		if _, err := e.ipam.Lookup(e.ctx, ip); err != nil {
-			t.Errorf("%s address %s released: %v", name, ip, err)
-		}
-	}
-	if strings.Count(e.logs.String(), "released leaked IP address") != 1 {
-		t.Errorf("more than one leaked address released:\n%s", e.logs.String())
-	}
+	e.onlyLeakReleased(t, leaked, map[string]netip.Addr{"live": live, "starting": starting, "other": other, "tunnel": tunnel})
 }
 
 // testRemoveNodeKDD: `calicoctl delete node` on KDD removes what Calico
@@ -285,17 +262,13 @@ func testRemoveNodeKDD(t *testing.T, e *env) {
 	if !strings.Contains(err.Error(), "delete the Kubernetes Node") {
 		t.Errorf("error does not say what to do: %v", err)
 	}
-	for _, check := range []func() error{
+	checkAll(t,
 		e.released(ip),
 		e.noHandle("k8s-pod-network.web1"),
 		e.noAffinities("kdd-d"),
 		e.gone("BGPPeer", "", "tor-d"),
 		e.exists("Node", "", "kdd-d"),
-	} {
-		if err := check(); err != nil {
-			t.Error(err)
-		}
-	}
+	)
 	// The endpoint lives on with its pod, without addresses.
 	o, err := e.get("WorkloadEndpoint", "apps", w.Name)
 	if err != nil {

@@ -5,7 +5,8 @@
 //	node/       the calico-node app: `run`'s actor group, start-up, IP
 //	            autodetection, health/metrics server, embedded etcd
 //	model/      the data model: api (Calico's v3 kinds, validation, the
-//	            parsed IPPool view) and selector (Calico's selector language)
+//	            parsed IPPool view), selector (Calico's selector language)
+//	            and ipamkv (Calico's IPAM keys and values)
 //	datastore/  where the model is stored: the Store and KV seam, the etcd
 //	            v3 backend (etcd/), the Kubernetes API backend (kdd/, with
 //	            crdgen writing deploy/crds.yaml) and connect/, which opens

@@ -275,14 +275,9 @@ func (l *lab) addPodIn(node string, pools ...string) (string, netip.Addr) {
 // the namespace's name.
 func (l *lab) serve(nsName string, addr netip.Addr) {
 	l.t.Helper()
-	var ln net.Listener
-	err := ns.WithNetNSPath("/var/run/netns/"+nsName, func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(addr, 8080).String())
-		return err
-	})
+	ln, err := netnstest.ListenAt("/var/run/netns/"+nsName, "tcp4", netip.AddrPortFrom(addr, 8080).String())
 	if err != nil {
-		l.t.Fatalf("listen in %s: %v", nsName, err)
+		l.t.Fatal(err)
 	}
 	netnstest.Serve(l.t, ln, func(c net.Conn) { c.Write([]byte(nsName)) })
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/node/embedetcd"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 )
 
 // apiserverProc is kube-apiserver's name in the state record.
@@ -313,14 +314,9 @@ func forward(ctx context.Context, addr string, nsPaths []string) error {
 		}
 	}()
 	for _, p := range nsPaths {
-		var l net.Listener
-		err := ns.WithNetNSPath(p, func(ns.NetNS) error {
-			var err error
-			l, err = net.Listen("tcp", addr)
-			return err
-		})
+		l, err := netnstest.ListenAt(p, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listen on %s in %s: %w", addr, p, err)
+			return err
 		}
 		listeners = append(listeners, l)
 	}

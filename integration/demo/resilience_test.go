@@ -216,14 +216,9 @@ func (r *rcluster) cniDel(ctx context.Context, p *pod) error {
 // connection with p's name and then echoes what it reads.
 func (r *rcluster) listen(p *pod) {
 	r.t.Helper()
-	var l net.Listener
-	err := ns.WithNetNSPath(p.nsPath(), func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", "0.0.0.0:"+strconv.Itoa(listenPort))
-		return err
-	})
+	l, err := netnstest.ListenAt(p.nsPath(), "tcp", "0.0.0.0:"+strconv.Itoa(listenPort))
 	if err != nil {
-		r.t.Fatalf("listen in %s: %v", p.netns(), err)
+		r.t.Fatal(err)
 	}
 	netnstest.Serve(r.t, l, func(c net.Conn) {
 		io.WriteString(c, p.name()+"\n")

@@ -191,18 +191,7 @@ func install(t *testing.T, fl flavour) {
 	kube.RunPod(t, "server", "app: server", kubetest.ServerCommand(), podWait)
 
 	// Addresses from the pool the DaemonSet's CALICO_IPV4POOL_CIDR made.
-	pool := netip.MustParsePrefix(podCIDR)
-	ips := map[string]string{}
-	for _, name := range []string{"client", "server"} {
-		ip := kube.PodIP(t, name)
-		ips[name] = ip
-		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
-			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, podCIDR)
-		}
-		if out := calicoctl("ipam", "show", "--ip="+ip); !strings.Contains(out, "is in use") {
-			t.Errorf("calicoctl ipam show --ip=%s:\n%s", ip, out)
-		}
-	}
+	ips := kube.CalicoPodIPs(t, netip.MustParsePrefix(podCIDR), calicoctl, "client", "server")
 	polltest.Until(t, 30*time.Second, "client reaches server over HTTP", func() bool {
 		return strings.Contains(kube.Fetch("client", ips["server"]), kubetest.ServerPage)
 	})

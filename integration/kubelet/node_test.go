@@ -172,19 +172,7 @@ func TestKubeletNode(t *testing.T) {
 	}
 
 	// Addresses come from the Calico pool, assigned by calico-ipam.
-	pool := netip.MustParsePrefix(podCIDR)
-	ips := map[string]string{}
-	for _, name := range []string{"client", "server"} {
-		ip := kube.PodIP(t, name)
-		ips[name] = ip
-		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
-			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, podCIDR)
-		}
-		out := calicoctl("ipam", "show", "--ip="+ip)
-		if !strings.Contains(out, "is in use") || !strings.Contains(out, "pod: "+name) {
-			t.Errorf("calicoctl ipam show --ip=%s:\n%s", ip, out)
-		}
-	}
+	ips := kube.CalicoPodIPs(t, netip.MustParsePrefix(podCIDR), calicoctl, "client", "server")
 	if out := calicoctl("ipam", "check"); !strings.Contains(out, "found 0 problems") {
 		t.Errorf("ipam check with pods running:\n%s", out)
 	}

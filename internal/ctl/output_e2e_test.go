@@ -9,6 +9,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 func readRef(t *testing.T, name string) string {
@@ -84,20 +85,13 @@ func TestPolicyTiersAsCalico(t *testing.T) {
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("stored allow-dns: %v", err)
 			}
-			for _, want := range []string{`"tier":"default"`, `"projectcalico.org/tier":"default"`} {
-				if !strings.Contains(string(resp.Kvs[0].Value), want) {
-					t.Errorf("stored allow-dns lacks %s: %s", want, resp.Kvs[0].Value)
-				}
-			}
+			texttest.Contains(t, "stored allow-dns", string(resp.Kvs[0].Value), `"tier":"default"`, `"projectcalico.org/tier":"default"`)
 			resp, err = kv.Get(context.Background(), "/calico/resources/v3/projectcalico.org/globalnetworkpolicies/security.block-bad")
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("stored security.block-bad: %v", err)
 			}
-			for _, want := range []string{`"tier":"security"`, `"labels":{"owner":"secteam","projectcalico.org/tier":"security"}`} {
-				if !strings.Contains(string(resp.Kvs[0].Value), want) {
-					t.Errorf("stored security.block-bad lacks %s: %s", want, resp.Kvs[0].Value)
-				}
-			}
+			texttest.Contains(t, "stored security.block-bad", string(resp.Kvs[0].Value),
+				`"tier":"security"`, `"labels":{"owner":"secteam","projectcalico.org/tier":"security"}`)
 		}
 
 		// A policy in a tier that does not exist is refused; a tier with

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // AutoAssignArgs is an automatic allocation request.
@@ -523,7 +524,7 @@ func (c *Client) borrow(ctx context.Context, p *plan, f family, need int) (int, 
 	// Blocks learned of since the listing (from lost races) count too:
 	// freeBlock only gives up when every block of the pools is known.
 	known := maps.Clone(existing)
-	prefix := blockPrefixFor(f.version)
+	prefix := ipamkv.BlockVersionPrefix(f.version)
 	for key, s := range e.snap {
 		if s.rev > 0 && strings.HasPrefix(key, prefix) {
 			known[key] = true
@@ -533,7 +534,7 @@ func (c *Client) borrow(ctx context.Context, p *plan, f family, need int) (int, 
 	for _, q := range f.pools {
 		var cands []string
 		for key := range known {
-			cidr, ok := parseBlockKey(key)
+			cidr, ok := ipamkv.ParseBlockKey(key)
 			if ok && cidr.Bits() == q.BlockSize && q.CIDR.Contains(cidr.Addr()) && !e.res.coversAll(cidr) {
 				cands = append(cands, key)
 			}
@@ -542,8 +543,8 @@ func (c *Client) borrow(ctx context.Context, p *plan, f family, need int) (int, 
 			continue
 		}
 		slices.SortFunc(cands, func(a, b string) int {
-			ca, _ := parseBlockKey(a)
-			cb, _ := parseBlockKey(b)
+			ca, _ := ipamkv.ParseBlockKey(a)
+			cb, _ := ipamkv.ParseBlockKey(b)
 			return ca.Addr().Compare(cb.Addr())
 		})
 		// Spread borrowers over the pool instead of piling onto its first

@@ -76,11 +76,7 @@ func decodeBlock(data []byte) (*block, error) {
 			return nil, fmt.Errorf("decode block %s: unallocated ordinal %d out of range", p, ord)
 		}
 	}
-	if v.Affinity == nil && v.HostAffinity != nil {
-		aff := hostAffinityPrefix + *v.HostAffinity
-		v.Affinity = &aff
-		v.HostAffinity = nil
-	}
+	v.UpgradeAffinity()
 	if v.SequenceNumberForAllocation == nil {
 		v.SequenceNumberForAllocation = map[string]uint64{}
 	}

@@ -3,78 +3,30 @@ package ipam
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 )
 
-func TestBlockKeys(t *testing.T) {
-	tests := []struct {
-		cidr, block, affinity string
-	}{
-		{"10.244.166.128/26", "/calico/ipam/v2/assignment/ipv4/block/10.244.166.128-26",
-			"/calico/ipam/v2/host/node1/ipv4/block/10.244.166.128-26"},
-		{"10.0.0.0/20", "/calico/ipam/v2/assignment/ipv4/block/10.0.0.0-20",
-			"/calico/ipam/v2/host/node1/ipv4/block/10.0.0.0-20"},
-		{"10.0.0.7/32", "/calico/ipam/v2/assignment/ipv4/block/10.0.0.7-32",
-			"/calico/ipam/v2/host/node1/ipv4/block/10.0.0.7-32"},
-		{"fd00:10::/122", "/calico/ipam/v2/assignment/ipv6/block/fd00:10::-122",
-			"/calico/ipam/v2/host/node1/ipv6/block/fd00:10::-122"},
-		{"2001:db8:0:1::40/122", "/calico/ipam/v2/assignment/ipv6/block/2001:db8:0:1::40-122",
-			"/calico/ipam/v2/host/node1/ipv6/block/2001:db8:0:1::40-122"},
-		{"fd00::1:0:0:0:1000/116", "/calico/ipam/v2/assignment/ipv6/block/fd00:0:0:1::1000-116",
-			"/calico/ipam/v2/host/node1/ipv6/block/fd00:0:0:1::1000-116"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.cidr, func(t *testing.T) {
-			p := netip.MustParsePrefix(tt.cidr)
-			if got := BlockKey(p); got != tt.block {
-				t.Errorf("BlockKey = %s, want %s", got, tt.block)
-			}
-			if got := AffinityKey("node1", p); got != tt.affinity {
-				t.Errorf("AffinityKey = %s, want %s", got, tt.affinity)
-			}
-			back, ok := parseBlockKey(tt.block)
-			if !ok || back != p {
-				t.Errorf("parseBlockKey(%s) = %v %v", tt.block, back, ok)
-			}
-			node, back, ok := parseAffinityKey(tt.affinity)
-			if !ok || back != p || node != "node1" {
-				t.Errorf("parseAffinityKey(%s) = %s %v %v", tt.affinity, node, back, ok)
-			}
-		})
-	}
-	// Calico names keys with net.IPNet.String(); netip must spell every
-	// IPv6 block the same way.
-	for _, s := range []string{"fd00::/122", "2001:db8::40/122", "fd00:0:0:1::1000/116", "2001:0:0:1:0:0:1:0/128"} {
-		_, n, err := net.ParseCIDR(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := cidrSegment(netip.MustParsePrefix(s)), strings.Replace(n.String(), "/", "-", 1); got != want {
-			t.Errorf("key segment of %s = %s, Calico's %s", s, got, want)
-		}
-	}
-	for _, bad := range []string{
-		"/calico/ipam/v2/assignment/ipv4/block/10.0.0.1-26", // host bits
-		"/calico/ipam/v2/assignment/ipv6/block/10.0.0.0-26", // wrong version
-		"/calico/ipam/v2/assignment/ipv4/block/junk",
-		"/calico/ipam/v2/assignment/ipv4/block/10.0.0.0-26/x",
+// An owner's affinity keys: a node's under host/, a virtual host's under
+// virtual/ (package ipamkv tests the key layout itself).
+func TestAffinityKeyOwners(t *testing.T) {
+	p := netip.MustParsePrefix("10.244.166.128/26")
+	for owner, key := range map[string]string{
+		"node1":                 "/calico/ipam/v2/host/node1/ipv4/block/10.244.166.128-26",
+		"load-balancer":         "/calico/ipam/v2/host/load-balancer/ipv4/block/10.244.166.128-26",
+		"virtual:load-balancer": "/calico/ipam/v2/virtual/load-balancer/ipv4/block/10.244.166.128-26",
 	} {
-		if p, ok := parseBlockKey(bad); ok {
-			t.Errorf("parseBlockKey(%s) accepted: %v", bad, p)
+		if got := AffinityKey(owner, p); got != key {
+			t.Errorf("AffinityKey(%s) = %s, want %s", owner, got, key)
 		}
-	}
-	for _, bad := range []string{
-		"/calico/ipam/v2/host/node1/ipv4/block/10.0.0.1-26",
-		"/calico/ipam/v2/host//ipv4/block/10.0.0.0-26",
-		"/calico/ipam/v2/host/node1/ipv6/block/10.0.0.0-26",
-		"/calico/ipam/v2/host/node1",
-	} {
-		if _, p, ok := parseAffinityKey(bad); ok {
-			t.Errorf("parseAffinityKey(%s) accepted: %v", bad, p)
+		if !strings.HasPrefix(key, nodeAffinityPrefix(owner)) {
+			t.Errorf("nodeAffinityPrefix(%s) = %s, not a prefix of %s", owner, nodeAffinityPrefix(owner), key)
+		}
+		back, cidr, ok := parseAffinityKey(key)
+		if !ok || back != owner || cidr != p {
+			t.Errorf("parseAffinityKey(%s) = %s %v %v, want %s", key, back, cidr, ok, owner)
 		}
 	}
 }

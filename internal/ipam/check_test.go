@@ -5,11 +5,11 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/projectcalico/calico-node/internal/ipam"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 func TestCheckAndReleaseLeaked(t *testing.T) {
@@ -88,11 +88,8 @@ func testCheckAndReleaseLeaked(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{`"allocations":`, `"leakedHandles":[{"ID":"k8s-pod-network.orphan","UID":null,"Revision":`, `"clusterGUID":"guid-1"`, `"inUse":false`} {
-		if !strings.Contains(string(data), field) {
-			t.Errorf("report JSON lacks %s", field)
-		}
-	}
+	texttest.Contains(t, "report JSON", string(data),
+		`"allocations":`, `"leakedHandles":[{"ID":"k8s-pod-network.orphan","UID":null,"Revision":`, `"clusterGUID":"guid-1"`, `"inUse":false`)
 	var loaded ipam.CheckReport
 	if err := json.Unmarshal(data, &loaded); err != nil {
 		t.Fatal(err)

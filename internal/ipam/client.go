@@ -14,6 +14,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // PoolSource reads the resources IPAM consults: IPPools, IPReservations,
@@ -319,7 +320,7 @@ func (c *Client) listBlockKeys(ctx context.Context, e *env, v int) (map[string]b
 	if set, ok := e.blockKeys[v]; ok {
 		return set, nil
 	}
-	kvs, _, err := c.kv.List(ctx, blockPrefixFor(v), true)
+	kvs, _, err := c.kv.List(ctx, ipamkv.BlockVersionPrefix(v), true)
 	if err != nil {
 		return nil, fmt.Errorf("list IPv%d blocks: %w", v, err)
 	}

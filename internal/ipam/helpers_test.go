@@ -176,9 +176,12 @@ func (f *fixture) write(t testing.TB, op datastore.Op) {
 }
 
 // keys lists the IPAM keys under prefix.
-func (f *fixture) keys(t testing.TB, prefix string) []string {
+func (f *fixture) keys(t testing.TB, prefix string) []string { return listKeys(t, f.ctx, f.kv, prefix) }
+
+// listKeys lists the keys of kv under prefix.
+func listKeys(t testing.TB, ctx context.Context, kv datastore.KV, prefix string) []string {
 	t.Helper()
-	kvs, _, err := f.kv.List(f.ctx, prefix, true)
+	kvs, _, err := kv.List(ctx, prefix, true)
 	if err != nil {
 		t.Fatalf("list %s: %v", prefix, err)
 	}

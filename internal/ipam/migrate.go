@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // Export is all of IPAM's data as `calicoctl datastore migrate export`
@@ -104,7 +105,7 @@ func (e *Export) RenameNodes(names map[string]string) error {
 		}
 	}
 	for i, h := range e.Handles {
-		id, ok := parseHandleKey(h.Key)
+		id, ok := ipamkv.ParseHandleKey(h.Key)
 		if !ok {
 			return fmt.Errorf("bad handle key %s", h.Key)
 		}
@@ -177,7 +178,7 @@ func (e *Export) normalise() ([]datastore.KeyValue, error) {
 		add(a.Key, a.Value, ok, &affinityValue{})
 	}
 	for _, b := range e.Blocks {
-		cidr, ok := parseBlockKey(b.Key)
+		cidr, ok := ipamkv.ParseBlockKey(b.Key)
 		if ok {
 			blk, err := decodeBlock(b.Value)
 			switch {
@@ -192,7 +193,7 @@ func (e *Export) normalise() ([]datastore.KeyValue, error) {
 		add(b.Key, b.Value, ok, &blockValue{})
 	}
 	for _, h := range e.Handles {
-		_, ok := parseHandleKey(h.Key)
+		_, ok := ipamkv.ParseHandleKey(h.Key)
 		add(h.Key, h.Value, ok, &handleValue{})
 	}
 	if c := e.Config; c != nil {

@@ -157,16 +157,7 @@ func (f *migrateSide) raw(t testing.TB, key string) string {
 }
 
 func (f *migrateSide) keys(t testing.TB, prefix string) []string {
-	t.Helper()
-	kvs, _, err := f.store.IPAM().List(f.ctx, prefix, true)
-	if err != nil {
-		t.Fatalf("list %s: %v", prefix, err)
-	}
-	var out []string
-	for _, kv := range kvs {
-		out = append(out, kv.Key)
-	}
-	return out
+	return listKeys(t, f.ctx, f.store.IPAM(), prefix)
 }
 
 // TestImportChecksEverythingFirst: an entry that does not parse writes

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // BlockInUse is a block that still holds addresses.
@@ -18,13 +20,13 @@ type BlockInUse struct {
 // by address. The pool checks use it to find blocks of another size under
 // a new pool.
 func (c *Client) Blocks(ctx context.Context, version int) ([]netip.Prefix, error) {
-	kvs, _, err := c.kv.List(ctx, blockPrefixFor(version), true)
+	kvs, _, err := c.kv.List(ctx, ipamkv.BlockVersionPrefix(version), true)
 	if err != nil {
 		return nil, fmt.Errorf("list IPv%d blocks: %w", version, err)
 	}
 	out := make([]netip.Prefix, 0, len(kvs))
 	for _, kv := range kvs {
-		if p, ok := parseBlockKey(kv.Key); ok {
+		if p, ok := ipamkv.ParseBlockKey(kv.Key); ok {
 			out = append(out, p)
 		}
 	}
@@ -77,13 +79,13 @@ func (c *Client) ReleasePoolAffinities(ctx context.Context, pool netip.Prefix) (
 // BlocksInUse lists the blocks inside pool that still hold addresses,
 // sorted by address: what a deleted pool leaves behind.
 func (c *Client) BlocksInUse(ctx context.Context, pool netip.Prefix) ([]BlockInUse, error) {
-	kvs, _, err := c.kv.List(ctx, blockPrefixFor(ipVersion(pool.Addr())), false)
+	kvs, _, err := c.kv.List(ctx, ipamkv.BlockVersionPrefix(ipVersion(pool.Addr())), false)
 	if err != nil {
 		return nil, fmt.Errorf("read blocks of pool %s: %w", pool, err)
 	}
 	var out []BlockInUse
 	for _, kv := range kvs {
-		cidr, ok := parseBlockKey(kv.Key)
+		cidr, ok := ipamkv.ParseBlockKey(kv.Key)
 		if !ok || !pool.Overlaps(cidr) {
 			continue
 		}

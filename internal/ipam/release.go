@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // ReleaseOptions names one allocation to release. Handle and
@@ -265,12 +267,12 @@ func (c *Client) locateBlocks(ctx context.Context, snap snapshot, addrs []netip.
 	}
 	var existing []netip.Prefix
 	for _, v := range []int{4, 6} {
-		kvs, _, err := c.kv.List(ctx, blockPrefixFor(v), true)
+		kvs, _, err := c.kv.List(ctx, ipamkv.BlockVersionPrefix(v), true)
 		if err != nil {
 			return nil, fmt.Errorf("list IPv%d blocks: %w", v, err)
 		}
 		for _, kv := range kvs {
-			if p, ok := parseBlockKey(kv.Key); ok {
+			if p, ok := ipamkv.ParseBlockKey(kv.Key); ok {
 				existing = append(existing, p)
 			}
 		}

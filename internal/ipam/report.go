@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // Report is the IPAM usage: every pool, every block and every handle.
@@ -108,7 +109,7 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 	blocks := c.decodeBlocks(lists[0])
 	handles := map[string]storedHandle{}
 	for _, kv := range lists[1] {
-		id, ok := parseHandleKey(kv.Key)
+		id, ok := ipamkv.ParseHandleKey(kv.Key)
 		if !ok {
 			continue
 		}
@@ -127,7 +128,7 @@ func (c *Client) readAll(ctx context.Context) ([]*block, map[string]storedHandle
 func (c *Client) decodeBlocks(kvs []datastore.KeyValue) []*block {
 	var blocks []*block
 	for _, kv := range kvs {
-		if _, ok := parseBlockKey(kv.Key); !ok {
+		if _, ok := ipamkv.ParseBlockKey(kv.Key); !ok {
 			continue
 		}
 		b, err := decodeBlock(kv.Value)

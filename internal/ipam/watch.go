@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // BlockSnapshot is the cluster's block affinities at one etcd revision:
@@ -153,7 +154,7 @@ func (w *blockWatch) offer() (chan BlockSnapshot, BlockSnapshot) {
 
 // apply folds one block key into the state.
 func (w *blockWatch) apply(key string, value []byte, deleted bool) {
-	if _, ok := parseBlockKey(key); !ok {
+	if _, ok := ipamkv.ParseBlockKey(key); !ok {
 		return
 	}
 	if deleted {

@@ -247,22 +247,29 @@ func TestElectorInteroperates(t *testing.T) {
 		t.Errorf("lease while ours renews = %+v", l.Spec)
 	}
 	transitions := *l.Spec.LeaseTransitions
+	// handedOver: the elector that was waiting (leading, named holder)
+	// takes the lease at once when the other releases it, without waiting
+	// for the lease to expire, and the lease counts one more transition.
+	handedOver := func(leading <-chan struct{}, holder string, wantTransitions int32) {
+		t.Helper()
+		stopped := time.Now()
+		select {
+		case <-leading:
+		case <-time.After(leaseDuration):
+			t.Fatalf("%s did not take the released lease within %s", holder, leaseDuration)
+		}
+		t.Logf("%s took over %s after the other elector stopped", holder, time.Since(stopped).Round(time.Millisecond))
+		waitFor(t, holderIs(holder))
+		if got := *lease().Spec.LeaseTransitions; got != wantTransitions {
+			t.Errorf("leaseTransitions = %d after the handover to %s, want %d", got, holder, wantTransitions)
+		}
+	}
 
 	// Ours stops and releases: client-go's takes over without waiting for
 	// the lease to expire.
 	stopOurs()
 	<-oursDone
-	stopped := time.Now()
-	select {
-	case <-theirLeading:
-	case <-time.After(leaseDuration):
-		t.Fatalf("client-go's elector did not take the released lease within %s", leaseDuration)
-	}
-	t.Logf("client-go's elector took over %s after ours stopped", time.Since(stopped).Round(time.Millisecond))
-	waitFor(t, holderIs("client-go"))
-	if got := *lease().Spec.LeaseTransitions; got != transitions+1 {
-		t.Errorf("leaseTransitions = %d after the handover, want %d", got, transitions+1)
-	}
+	handedOver(theirLeading, "client-go", transitions+1)
 
 	// And back: ours waits while client-go's renews, then takes over at
 	// once when it releases.
@@ -280,17 +287,7 @@ func TestElectorInteroperates(t *testing.T) {
 	}
 	stopTheirs()
 	<-theirDone
-	stopped = time.Now()
-	select {
-	case <-oursLeading:
-	case <-time.After(leaseDuration):
-		t.Fatalf("ours did not take the released lease within %s", leaseDuration)
-	}
-	t.Logf("ours took over %s after client-go's stopped", time.Since(stopped).Round(time.Millisecond))
-	waitFor(t, holderIs("ours"))
-	if got := *lease().Spec.LeaseTransitions; got != transitions+2 {
-		t.Errorf("leaseTransitions = %d after the second handover, want %d", got, transitions+2)
-	}
+	handedOver(oursLeading, "ours", transitions+2)
 	stopOurs()
 	<-oursDone
 	if h := lease().Spec.HolderIdentity; h == nil || *h != "" {

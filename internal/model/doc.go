@@ -4,6 +4,8 @@
 //	           validation, YAML/JSON decoding, and the parsed views
 //	           (IPPool) the consumers build their state from
 //	selector/  Calico's selector language: parser, evaluator, canonical form
+//	ipamkv/    Calico's IPAM data as etcd stores it: key layout, value JSON
+//	           (the allocator and the Kubernetes backend both speak it)
 //
-// Both are pure: no I/O, no datastore, no kernel.
+// All are pure: no I/O, no datastore, no kernel.
 package model

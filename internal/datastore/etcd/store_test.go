@@ -17,6 +17,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // crudDocs are valid resources of several kinds, global and namespaced.
@@ -504,11 +505,7 @@ func TestTLS(t *testing.T) {
 				if d := time.Since(start); d > 5*time.Second {
 					t.Errorf("New took %s to fail", d)
 				}
-				for _, want := range []string{srv.Endpoints[0], "certificate"} {
-					if !strings.Contains(err.Error(), want) {
-						t.Errorf("error %q does not mention %q", err, want)
-					}
-				}
+				texttest.Contains(t, "error", err.Error(), srv.Endpoints[0], "certificate")
 			})
 		})
 	}
@@ -548,11 +545,7 @@ func TestNewErrors(t *testing.T) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("New took %s to fail", d)
 			}
-			for _, want := range tc.want {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not mention %q", err, want)
-				}
-			}
+			texttest.Contains(t, "error", err.Error(), tc.want...)
 			var cfgErr *datastore.ConfigError
 			if got := errors.As(err, &cfgErr); got != tc.configErr {
 				t.Errorf("errors.As(*datastore.ConfigError) = %v, want %v", got, tc.configErr)

@@ -3,7 +3,6 @@ package kdd
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -32,12 +31,8 @@ func TestCachedReads(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := &Store{c: &client{base: srv.URL, http: srv.Client(), watchHTTP: srv.Client()}, requestTimeout: 5 * time.Second,
-		logger: slog.New(slog.DiscardHandler), ctx: ctx, cancel: cancel}
-	s.mappers = newMappers(s)
-	s.kv = newIPAMKV(s)
+	s := storeOn(t, srv, 5*time.Second)
+	ctx := s.ctx
 
 	for _, c := range []struct {
 		ctx  context.Context

@@ -27,6 +27,7 @@ import (
 	"github.com/projectcalico/calico-node/internal/model/api"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/polltest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // startKDD runs a kube-apiserver with Calico's CRDs and connects a Store.
@@ -685,11 +686,7 @@ func testForbidden(t *testing.T, c *kubetest.Cluster) {
 			continue
 		}
 		t.Logf("%s: %v", tc.verb, tc.err)
-		for _, w := range []string{tc.verb, tc.resource, tc.kind, "forbidden"} {
-			if !strings.Contains(tc.err.Error(), w) {
-				t.Errorf("%s error %q does not name %q", tc.verb, tc.err, w)
-			}
-		}
+		texttest.Contains(t, tc.verb+" error", tc.err.Error(), tc.verb, tc.resource, tc.kind, "forbidden")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // ipamKV is datastore.KV on Calico's IPAM custom resources: each etcd
@@ -243,14 +244,14 @@ func affinitySelector(r *ipamResource, prefix string) string {
 	if r != ipamAffinities {
 		return ""
 	}
-	typ := ipamAffinityHost
-	rest, ok := strings.CutPrefix(prefix, ipamHostRoot)
+	typ := ipamkv.AffinityHost
+	rest, ok := strings.CutPrefix(prefix, ipamkv.HostPrefix)
 	if !ok {
 		// A virtual host's (the LoadBalancer controller's).
-		if rest, ok = strings.CutPrefix(prefix, ipamPrefix+ipamAffinityVirtual+"/"); !ok {
+		if rest, ok = strings.CutPrefix(prefix, ipamkv.VirtualPrefix); !ok {
 			return ""
 		}
-		typ = ipamAffinityVirtual
+		typ = ipamkv.AffinityVirtual
 	}
 	node, rest, ok := strings.Cut(rest, "/")
 	if !ok || node == "" {

@@ -12,22 +12,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
-// Calico's IPAM keys (libcalico-go lib/backend/model, v3.31) and the
-// labels and annotation its Kubernetes backend puts on IPAM objects.
+// The labels and annotation Calico's Kubernetes backend puts on IPAM
+// objects (the keys and values are package ipamkv's).
 const (
-	ipamPrefix     = "/calico/ipam/v2/"
-	ipamBlockRoot  = ipamPrefix + "assignment/"
-	ipamHandleRoot = ipamPrefix + "handle/"
-	ipamConfigKey  = ipamPrefix + "config"
-	// Affinity keys are /calico/ipam/v2/<type>/<node>/ipv4/block/<cidr>,
-	// type "host" (the only one calico-node writes) or "virtual".
-	ipamHostRoot = ipamPrefix + ipamAffinityHost + "/"
-
-	ipamAffinityHost    = "host"
-	ipamAffinityVirtual = "virtual"
-
 	ipamMetadataAnnotation = "projectcalico.org/metadata"
 	ipamLabelHostnameHash  = "projectcalico.org/hostname-hash"
 	ipamLabelAffinityType  = "projectcalico.org/affinity-type"
@@ -37,9 +28,6 @@ const (
 	ipamConfigName = "default"
 	// ipamMaxNameLen is the longest object name the API server takes.
 	ipamMaxNameLen = 253
-
-	ipamStateConfirmed = "confirmed"
-	ipamStatePending   = "pending"
 )
 
 // errNotIPAMKey: a key outside Calico's IPAM layout.
@@ -60,40 +48,6 @@ type ipamObjectMeta struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	Annotations     map[string]string `json:"annotations,omitempty"`
 }
-
-// Values in Calico's etcd JSON (lib/backend/model), with its field order
-// and omitempty, so that what a Get returns is byte for byte what the etcd
-// backend stores for the same data.
-type (
-	etcdBlock struct {
-		CIDR                        string            `json:"cidr"`
-		Affinity                    *string           `json:"affinity"`
-		Allocations                 []*int            `json:"allocations"`
-		Unallocated                 []int             `json:"unallocated"`
-		Attributes                  []etcdAllocAttr   `json:"attributes"`
-		SequenceNumber              uint64            `json:"sequenceNumber"`
-		SequenceNumberForAllocation map[string]uint64 `json:"sequenceNumberForAllocation"`
-		Deleted                     bool              `json:"deleted"`
-		HostAffinity                *string           `json:"hostAffinity,omitempty"`
-	}
-	etcdAllocAttr struct {
-		HandleID  *string           `json:"handle_id"`
-		Secondary map[string]string `json:"secondary"`
-	}
-	etcdAffinity struct {
-		State   string `json:"state"`
-		Deleted bool   `json:"deleted"`
-	}
-	etcdHandle struct {
-		Block   map[string]int `json:"block"`
-		Deleted bool           `json:"deleted"`
-	}
-	etcdIPAMConfig struct {
-		StrictAffinity     bool `json:"strict_affinity,omitempty"`
-		AutoAllocateBlocks bool `json:"auto_allocate_blocks,omitempty"`
-		MaxBlocksPerHost   int  `json:"maxBlocksPerHost,omitempty"`
-	}
-)
 
 // Specs of the custom resources (libcalico-go lib/apis/v3, v3.31).
 type (
@@ -140,9 +94,9 @@ type ipamResource struct {
 	// covers reports whether a key under prefix may be an object of this
 	// resource (so that List and Watch of prefix must read it).
 	covers func(prefix string) bool
-	// name is the object name of key; errNotIPAMKey if key is not one
-	// of this resource's.
-	name func(key string) (string, error)
+	// name is the object name of key; false if key is not one of this
+	// resource's.
+	name func(key string) (string, bool)
 	// encode builds the object stored for key and its etcd-JSON value.
 	encode func(key string, value []byte) (ipamObject, error)
 	// decode returns the key and etcd-JSON value of a stored object, and
@@ -160,13 +114,10 @@ func (r *ipamResource) objPath(name string) string { return r.path() + "/" + url
 var (
 	ipamBlocks = &ipamResource{
 		kind: "IPAMBlock", plural: "ipamblocks",
-		covers: func(p string) bool { return keyRangesOverlap(p, ipamBlockRoot) },
-		name: func(key string) (string, error) {
-			cidr, err := parseBlockKey(key)
-			if err != nil {
-				return "", err
-			}
-			return cidrToName(cidr), nil
+		covers: func(p string) bool { return keyRangesOverlap(p, ipamkv.BlockPrefix) },
+		name: func(key string) (string, bool) {
+			cidr, ok := ipamkv.ParseBlockKey(key)
+			return cidrToName(cidr), ok
 		},
 		encode: encodeBlock,
 		decode: decodeBlockObject,
@@ -174,40 +125,29 @@ var (
 	ipamAffinities = &ipamResource{
 		kind: "BlockAffinity", plural: "blockaffinities",
 		covers: func(p string) bool {
-			return keyRangesOverlap(p, ipamHostRoot) || keyRangesOverlap(p, ipamPrefix+ipamAffinityVirtual+"/")
+			return keyRangesOverlap(p, ipamkv.HostPrefix) || keyRangesOverlap(p, ipamkv.VirtualPrefix)
 		},
-		name: func(key string) (string, error) {
-			_, node, cidr, err := parseAffinityKey(key)
-			if err != nil {
-				return "", err
-			}
-			return affinityName(node, cidr), nil
+		name: func(key string) (string, bool) {
+			_, node, cidr, ok := ipamkv.ParseAffinityKey(key)
+			return affinityName(node, cidr), ok
 		},
 		encode: encodeAffinity,
 		decode: decodeAffinityObject,
 	}
 	ipamHandles = &ipamResource{
 		kind: "IPAMHandle", plural: "ipamhandles",
-		covers: func(p string) bool { return keyRangesOverlap(p, ipamHandleRoot) },
-		name: func(key string) (string, error) {
-			id, err := parseHandleKey(key)
-			if err != nil {
-				return "", err
-			}
-			return strings.ToLower(id), nil
+		covers: func(p string) bool { return keyRangesOverlap(p, ipamkv.HandlePrefix) },
+		name: func(key string) (string, bool) {
+			id, ok := ipamkv.ParseHandleKey(key)
+			return strings.ToLower(id), ok
 		},
 		encode: encodeHandle,
 		decode: decodeHandleObject,
 	}
 	ipamConfigs = &ipamResource{
 		kind: "IPAMConfig", plural: "ipamconfigs",
-		covers: func(p string) bool { return strings.HasPrefix(ipamConfigKey, p) },
-		name: func(key string) (string, error) {
-			if key != ipamConfigKey {
-				return "", errNotIPAMKey
-			}
-			return ipamConfigName, nil
-		},
+		covers: func(p string) bool { return strings.HasPrefix(ipamkv.ConfigKey, p) },
+		name:   func(key string) (string, bool) { return ipamConfigName, key == ipamkv.ConfigKey },
 		encode: encodeIPAMConfig,
 		decode: decodeIPAMConfigObject,
 	}
@@ -223,95 +163,11 @@ func keyRangesOverlap(prefix, root string) bool {
 // resourceOfKey finds the resource a key belongs to and the object name.
 func resourceOfKey(key string) (*ipamResource, string, error) {
 	for _, r := range ipamResources {
-		name, err := r.name(key)
-		if err == nil {
+		if name, ok := r.name(key); ok {
 			return r, name, nil
-		}
-		if !errors.Is(err, errNotIPAMKey) {
-			return nil, "", err
 		}
 	}
 	return nil, "", fmt.Errorf("key %q: %w", key, errNotIPAMKey)
-}
-
-// cidrSegment is a CIDR as a key spells it: "10.0.0.0-26", "fd00::-122".
-func cidrSegment(p netip.Prefix) string { return strings.Replace(p.String(), "/", "-", 1) }
-
-func parseCIDRSegment(seg string) (netip.Prefix, error) {
-	p, err := netip.ParsePrefix(strings.Replace(seg, "-", "/", 1))
-	if err != nil || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("block CIDR %q in key: %w", seg, errNotIPAMKey)
-	}
-	return p, nil
-}
-
-func ipVersion(p netip.Prefix) int {
-	if p.Addr().Is4() {
-		return 4
-	}
-	return 6
-}
-
-// blockKey is /calico/ipam/v2/assignment/ipv4/block/10.0.0.0-26.
-func blockKey(cidr netip.Prefix) string {
-	return fmt.Sprintf("%sipv%d/block/%s", ipamBlockRoot, ipVersion(cidr), cidrSegment(cidr))
-}
-
-func parseBlockKey(key string) (netip.Prefix, error) {
-	rest, ok := strings.CutPrefix(key, ipamBlockRoot)
-	if !ok {
-		return netip.Prefix{}, errNotIPAMKey
-	}
-	ver, seg, ok := strings.Cut(rest, "/block/")
-	if !ok || strings.Contains(seg, "/") {
-		return netip.Prefix{}, fmt.Errorf("block key %q: %w", key, errNotIPAMKey)
-	}
-	p, err := parseCIDRSegment(seg)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	if ver != fmt.Sprintf("ipv%d", ipVersion(p)) {
-		return netip.Prefix{}, fmt.Errorf("block key %q: IP version: %w", key, errNotIPAMKey)
-	}
-	return p, nil
-}
-
-// affinityKey is /calico/ipam/v2/host/node1/ipv4/block/10.0.0.0-26.
-func affinityKey(typ, node string, cidr netip.Prefix) string {
-	return fmt.Sprintf("%s%s/%s/ipv%d/block/%s", ipamPrefix, typ, node, ipVersion(cidr), cidrSegment(cidr))
-}
-
-func parseAffinityKey(key string) (typ, node string, cidr netip.Prefix, err error) {
-	rest, ok := strings.CutPrefix(key, ipamPrefix)
-	if !ok {
-		return "", "", netip.Prefix{}, errNotIPAMKey
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) == 0 || (parts[0] != ipamAffinityHost && parts[0] != ipamAffinityVirtual) {
-		return "", "", netip.Prefix{}, errNotIPAMKey
-	}
-	if len(parts) != 5 || parts[1] == "" || parts[3] != "block" {
-		return "", "", netip.Prefix{}, fmt.Errorf("affinity key %q: %w", key, errNotIPAMKey)
-	}
-	p, err := parseCIDRSegment(parts[4])
-	if err != nil {
-		return "", "", netip.Prefix{}, err
-	}
-	if parts[2] != fmt.Sprintf("ipv%d", ipVersion(p)) {
-		return "", "", netip.Prefix{}, fmt.Errorf("affinity key %q: IP version: %w", key, errNotIPAMKey)
-	}
-	return parts[0], parts[1], p, nil
-}
-
-func parseHandleKey(key string) (string, error) {
-	id, ok := strings.CutPrefix(key, ipamHandleRoot)
-	if !ok {
-		return "", errNotIPAMKey
-	}
-	if id == "" || strings.Contains(id, "/") {
-		return "", fmt.Errorf("handle key %q: %w", key, errNotIPAMKey)
-	}
-	return id, nil
 }
 
 // cidrToName is libcalico-go's names.CIDRToName: the CIDR with ".", ":"
@@ -382,22 +238,18 @@ func decodeValue(key string, value []byte, v any) error {
 // encodeBlock is libcalico-go's IPAMBlockV1toV3: the spec is the block,
 // with the key's CIDR.
 func encodeBlock(key string, value []byte) (ipamObject, error) {
-	cidr, err := parseBlockKey(key)
-	if err != nil {
-		return ipamObject{}, err
+	cidr, ok := ipamkv.ParseBlockKey(key)
+	if !ok {
+		return ipamObject{}, fmt.Errorf("block key %q: %w", key, errNotIPAMKey)
 	}
-	var v etcdBlock
+	var v ipamkv.Block
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
-	aff := v.Affinity
-	if aff == nil && v.HostAffinity != nil {
-		a := "host:" + *v.HostAffinity
-		aff = &a
-	}
+	v.UpgradeAffinity()
 	spec := blockSpec{
 		CIDR:                        cidr.String(),
-		Affinity:                    aff,
+		Affinity:                    v.Affinity,
 		Allocations:                 v.Allocations,
 		Unallocated:                 v.Unallocated,
 		Attributes:                  make([]blockAllocAttr, len(v.Attributes)),
@@ -432,18 +284,18 @@ func decodeBlockObject(obj ipamObject) (string, []byte, bool, error) {
 		return "", nil, false, fmt.Errorf("IPAMBlock %s: cidr %q: %w", obj.Metadata.Name, s.CIDR, err)
 	}
 	cidr = cidr.Masked()
-	v := etcdBlock{
+	v := ipamkv.Block{
 		CIDR:                        cidr.String(),
 		Affinity:                    s.Affinity,
 		Allocations:                 s.Allocations,
 		Unallocated:                 s.Unallocated,
-		Attributes:                  make([]etcdAllocAttr, len(s.Attributes)),
+		Attributes:                  make([]ipamkv.AllocationAttribute, len(s.Attributes)),
 		SequenceNumber:              s.SequenceNumber,
 		SequenceNumberForAllocation: s.SequenceNumberForAllocation,
 		Deleted:                     s.Deleted,
 	}
 	for i, a := range s.Attributes {
-		v.Attributes[i] = etcdAllocAttr(a)
+		v.Attributes[i] = ipamkv.AllocationAttribute(a)
 	}
 	if v.Unallocated == nil {
 		v.Unallocated = []int{}
@@ -452,17 +304,17 @@ func decodeBlockObject(obj ipamObject) (string, []byte, bool, error) {
 		v.SequenceNumberForAllocation = map[string]uint64{}
 	}
 	data, err := json.Marshal(v)
-	return blockKey(cidr), data, s.Deleted, err
+	return ipamkv.BlockKey(cidr), data, s.Deleted, err
 }
 
 // encodeAffinity is libcalico-go's blockAffinityClient.toV3, with the
 // labels of model.EnsureBlockAffinityLabels.
 func encodeAffinity(key string, value []byte) (ipamObject, error) {
-	typ, node, cidr, err := parseAffinityKey(key)
-	if err != nil {
-		return ipamObject{}, err
+	typ, node, cidr, ok := ipamkv.ParseAffinityKey(key)
+	if !ok {
+		return ipamObject{}, fmt.Errorf("affinity key %q: %w", key, errNotIPAMKey)
 	}
-	var v etcdAffinity
+	var v ipamkv.Affinity
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
@@ -470,7 +322,7 @@ func encodeAffinity(key string, value []byte) (ipamObject, error) {
 	labels := map[string]string{
 		ipamLabelHostnameHash: hostnameHash(node),
 		ipamLabelAffinityType: typ,
-		ipamLabelIPVersion:    strconv.Itoa(ipVersion(cidr)),
+		ipamLabelIPVersion:    strconv.Itoa(ipamkv.IPVersion(cidr)),
 	}
 	return newIPAMObject("BlockAffinity", affinityName(node, cidr), labels, spec)
 }
@@ -498,20 +350,20 @@ func decodeAffinityObject(obj ipamObject) (string, []byte, bool, error) {
 	}
 	typ := s.Type
 	if typ == "" {
-		typ = ipamAffinityHost
+		typ = ipamkv.AffinityHost
 	}
-	data, err := json.Marshal(etcdAffinity{State: s.State, Deleted: deleted})
-	return affinityKey(typ, s.Node, cidr.Masked()), data, deleted, err
+	data, err := json.Marshal(ipamkv.Affinity{State: s.State, Deleted: deleted})
+	return ipamkv.AffinityKey(typ, s.Node, cidr.Masked()), data, deleted, err
 }
 
 // encodeHandle is libcalico-go's ipamHandleClient.toV3: the object name is
 // the handle ID in lower case, the spec keeps it as written.
 func encodeHandle(key string, value []byte) (ipamObject, error) {
-	id, err := parseHandleKey(key)
-	if err != nil {
-		return ipamObject{}, err
+	id, ok := ipamkv.ParseHandleKey(key)
+	if !ok {
+		return ipamObject{}, fmt.Errorf("handle key %q: %w", key, errNotIPAMKey)
 	}
-	var v etcdHandle
+	var v ipamkv.Handle
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
@@ -533,15 +385,15 @@ func decodeHandleObject(obj ipamObject) (string, []byte, bool, error) {
 	if strings.Contains(id, "/") {
 		return "", nil, false, fmt.Errorf("IPAMHandle %s: handle ID %q", obj.Metadata.Name, id)
 	}
-	data, err := json.Marshal(etcdHandle{Block: s.Block, Deleted: s.Deleted})
-	return ipamHandleRoot + id, data, s.Deleted, err
+	data, err := json.Marshal(ipamkv.Handle{Block: s.Block, Deleted: s.Deleted})
+	return ipamkv.HandleKey(id), data, s.Deleted, err
 }
 
 func encodeIPAMConfig(key string, value []byte) (ipamObject, error) {
-	if key != ipamConfigKey {
-		return ipamObject{}, errNotIPAMKey
+	if key != ipamkv.ConfigKey {
+		return ipamObject{}, fmt.Errorf("config key %q: %w", key, errNotIPAMKey)
 	}
-	var v etcdIPAMConfig
+	var v ipamkv.Config
 	if err := decodeValue(key, value, &v); err != nil {
 		return ipamObject{}, err
 	}
@@ -557,6 +409,6 @@ func decodeIPAMConfigObject(obj ipamObject) (string, []byte, bool, error) {
 	if err := json.Unmarshal(obj.Spec, &s); err != nil {
 		return "", nil, false, fmt.Errorf("IPAMConfig %s: decode spec: %w", obj.Metadata.Name, err)
 	}
-	data, err := json.Marshal(etcdIPAMConfig(s))
-	return ipamConfigKey, data, false, err
+	data, err := json.Marshal(ipamkv.Config(s))
+	return ipamkv.ConfigKey, data, false, err
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // errCondFailed: a write found its key changed since the caller read it.
@@ -202,8 +203,8 @@ func (w *txnWriter) plan(ops []datastore.Op) ([]datastore.Op, []string) {
 // It returns the affinity as it wrote it, ok false when it did not.
 func (w *txnWriter) confirm(ctx context.Context, key string) (written datastore.KeyValue, ok bool) {
 	ctx = context.WithoutCancel(ctx)
-	_, node, cidr, err := parseAffinityKey(key)
-	if err != nil {
+	_, node, cidr, parsed := ipamkv.ParseAffinityKey(key)
+	if !parsed {
 		return written, false
 	}
 	fail := func(err error) {
@@ -215,22 +216,22 @@ func (w *txnWriter) confirm(ctx context.Context, key string) (written datastore.
 			fail(err)
 			return written, false
 		}
-		var v etcdAffinity
-		if kv.Rev != 0 && (json.Unmarshal(kv.Value, &v) != nil || v.State != ipamStatePending) {
+		var v ipamkv.Affinity
+		if kv.Rev != 0 && (json.Unmarshal(kv.Value, &v) != nil || v.State != ipamkv.StatePending) {
 			return written, false
 		}
 		if kv.Rev == 0 {
-			b, err := w.k.read(ctx, blockKey(cidr))
+			b, err := w.k.read(ctx, ipamkv.BlockKey(cidr))
 			if err != nil {
 				fail(err)
 				return written, false
 			}
-			var bv etcdBlock
-			if b.Rev == 0 || json.Unmarshal(b.Value, &bv) != nil || bv.Affinity == nil || *bv.Affinity != "host:"+node {
+			var bv ipamkv.Block
+			if b.Rev == 0 || json.Unmarshal(b.Value, &bv) != nil || bv.Affinity == nil || *bv.Affinity != ipamkv.HostAffinityPrefix+node {
 				return written, false
 			}
 		}
-		v.State = ipamStateConfirmed
+		v.State = ipamkv.StateConfirmed
 		value, err := json.Marshal(v)
 		if err != nil {
 			return written, false
@@ -265,20 +266,20 @@ func (w *txnWriter) deferConfirm(op datastore.Op, later []datastore.Op) ([]byte,
 	if !ok || op.Type != datastore.OpPut {
 		return nil, false
 	}
-	if !slices.ContainsFunc(later, func(o datastore.Op) bool { _, err := parseBlockKey(o.Key); return err == nil }) {
+	if !slices.ContainsFunc(later, func(o datastore.Op) bool { _, ok := ipamkv.ParseBlockKey(o.Key); return ok }) {
 		return nil, false
 	}
-	if _, _, _, err := parseAffinityKey(op.Key); err != nil {
+	if _, _, _, ok := ipamkv.ParseAffinityKey(op.Key); !ok {
 		return nil, false
 	}
-	var v, was etcdAffinity
-	if json.Unmarshal(op.Value, &v) != nil || v.State != ipamStateConfirmed {
+	var v, was ipamkv.Affinity
+	if json.Unmarshal(op.Value, &v) != nil || v.State != ipamkv.StateConfirmed {
 		return nil, false
 	}
-	if c.Rev != 0 && json.Unmarshal(c.Value, &was) == nil && was.State == ipamStateConfirmed {
+	if c.Rev != 0 && json.Unmarshal(c.Value, &was) == nil && was.State == ipamkv.StateConfirmed {
 		return nil, false
 	}
-	v.State = ipamStatePending
+	v.State = ipamkv.StatePending
 	data, err := json.Marshal(v)
 	return data, err == nil
 }

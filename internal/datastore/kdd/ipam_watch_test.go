@@ -1,10 +1,8 @@
 package kdd
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -54,13 +52,9 @@ func TestIPAMWatchStartsOver(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := &Store{c: &client{base: srv.URL, http: srv.Client(), watchHTTP: srv.Client()}, requestTimeout: 5 * time.Second,
-		logger: slog.New(slog.DiscardHandler), ctx: ctx, cancel: cancel}
-	s.kv = newIPAMKV(s)
+	s := storeOn(t, srv, 5*time.Second)
 
-	ch := s.kv.Watch(ctx, "/calico/ipam/v2/assignment/")
+	ch := s.kv.Watch(s.ctx, "/calico/ipam/v2/assignment/")
 	var got []string
 	for len(got) < 5 {
 		select {
@@ -96,7 +90,7 @@ func TestIPAMWatchStartsOver(t *testing.T) {
 			t.Errorf("watch %d from revision %s, want %s", i+1, rv, want)
 		}
 	}
-	cancel()
+	s.cancel()
 	for range ch {
 	}
 }

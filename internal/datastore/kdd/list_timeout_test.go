@@ -1,9 +1,7 @@
 package kdd
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -32,15 +30,12 @@ func TestListPagesBoundedOneByOne(t *testing.T) {
 			next, page, 10+page, page)
 	}))
 	defer srv.Close()
+	s := storeOn(t, srv, timeout)
 	hc := *srv.Client()
 	hc.Timeout = timeout // as newClient sets it
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := &Store{c: &client{base: srv.URL, http: &hc, watchHTTP: srv.Client()}, requestTimeout: timeout,
-		logger: slog.New(slog.DiscardHandler), ctx: ctx, cancel: cancel}
-	s.mappers = newMappers(s)
+	s.c.http = &hc
 	start := time.Now()
-	objs, rev, err := s.List(ctx, "IPPool", "")
+	objs, rev, err := s.List(s.ctx, "IPPool", "")
 	if err != nil {
 		t.Fatalf("list of %d pages of %s each, %s per request: %v", pages, delay, timeout, err)
 	}

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -170,11 +171,7 @@ func TestRunPortInUse(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run on a taken port returned nil")
 	}
-	for _, want := range []string{"listen " + taken, "address already in use", "--etcd-endpoints"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
+	texttest.Contains(t, "error", err.Error(), "listen "+taken, "address already in use", "--etcd-endpoints")
 	select {
 	case <-srv.Ready():
 		t.Error("Ready closed although etcd never started")

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/projectcalico/calico-node/internal/atomicfile"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
+	"github.com/projectcalico/calico-node/internal/testkit/netnstest"
 	"github.com/projectcalico/calico-node/internal/testkit/pkitest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/testbin"
@@ -551,14 +551,9 @@ func (p *process) logTail() string {
 func (c *Cluster) RelayInto(t testing.TB, nsPath string) {
 	t.Helper()
 	addr := net.JoinHostPort(c.Host, c.Port)
-	var l net.Listener
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", addr)
-		return err
-	})
+	l, err := netnstest.ListenAt(nsPath, "tcp", addr)
 	if err != nil {
-		t.Fatalf("kubetest: listen on %s in %s: %v", addr, nsPath, err)
+		t.Fatalf("kubetest: %v", err)
 	}
 	var (
 		mu    sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,28 @@ func (c *Cluster) PodIP(t testing.TB, name string) string {
 		t.Fatalf("pod %s: no IP (%v)", name, err)
 	}
 	return p.Status.PodIP
+}
+
+// CalicoPodIPs returns the IP of each named pod, failing the test unless
+// it is from pool and calicoctl ("ipam show --ip") reports it in use by
+// that pod: the address came from Calico IPAM, not from another plugin.
+// calicoctl runs calicoctl wherever the test has it and returns its
+// output.
+func (c *Cluster) CalicoPodIPs(t testing.TB, pool netip.Prefix, calicoctl func(args ...string) string, names ...string) map[string]string {
+	t.Helper()
+	ips := map[string]string{}
+	for _, name := range names {
+		ip := c.PodIP(t, name)
+		ips[name] = ip
+		if a, err := netip.ParseAddr(ip); err != nil || !pool.Contains(a) {
+			t.Fatalf("pod %s has IP %q, not from the pool %s", name, ip, pool)
+		}
+		out := calicoctl("ipam", "show", "--ip="+ip)
+		if !strings.Contains(out, "is in use") || !strings.Contains(out, "pod: "+name) {
+			t.Errorf("calicoctl ipam show --ip=%s:\n%s", ip, out)
+		}
+	}
+	return ips
 }
 
 // DeletePods deletes the pods and waits until they are gone.

@@ -105,11 +105,16 @@ func (n *NS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 // inside runs fn on a fresh OS thread switched into the namespace, and
 // throws the thread away afterwards (see the package doc).
 func (n *NS) inside(fn func() error) error {
+	return insideNS(func() (netns.NsHandle, error) { return netns.GetFromName(n.Name) }, fn)
+}
+
+// insideNS is inside for the namespace open returns.
+func insideNS(open func() (netns.NsHandle, error), fn func() error) error {
 	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		// No UnlockOSThread: the thread ends with this goroutine.
-		h, err := netns.GetFromName(n.Name)
+		h, err := open()
 		if err != nil {
 			ch <- err
 			return
@@ -132,6 +137,21 @@ func (n *NS) Listen(network, addr string) (net.Listener, error) {
 		return err
 	})
 	return l, err
+}
+
+// ListenAt opens a listener inside the namespace at nsPath (a file such
+// as /var/run/netns/<name> or /proc/<pid>/ns/net), one this package did
+// not create; it stays there.
+func ListenAt(nsPath, network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := insideNS(func() (netns.NsHandle, error) { return netns.GetFromPath(nsPath) }, func() (err error) {
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s in %s: %w", addr, nsPath, err)
+	}
+	return l, nil
 }
 
 // ListenPacket opens a packet socket inside the namespace.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/projectcalico/calico-node/internal/testkit/texttest"
 )
 
 // goTestJSON runs `go test -json ./...` on a throwaway module made of
@@ -157,12 +159,8 @@ go: some message that is not an event
 		t.Error("summarize = true for a stream without results")
 	}
 	report := out.String()
-	for _, w := range []string{"go: some message that is not an event", "--- FAIL: sample/a TestSlow (did not finish)",
-		"waiting for the node", "--- FAIL: sample/a (package did not report a result)", "\n0 passed, 2 failed, 0 skipped\n"} {
-		if !strings.Contains(report, w) {
-			t.Errorf("report lacks %q:\n%s", w, report)
-		}
-	}
+	texttest.Contains(t, "report", report, "go: some message that is not an event", "--- FAIL: sample/a TestSlow (did not finish)",
+		"waiting for the node", "--- FAIL: sample/a (package did not report a result)", "\n0 passed, 2 failed, 0 skipped\n")
 }
 
 // A long failure keeps the test's own messages (why it failed) even when
@@ -195,11 +193,7 @@ func TestExcerpt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := excerpt(tt.lines, 40)
 			joined := strings.Join(got, "\n")
-			for _, w := range tt.want {
-				if !strings.Contains(joined, w) {
-					t.Errorf("excerpt lacks %q:\n%s", w, joined)
-				}
-			}
+			texttest.Contains(t, "excerpt", joined, tt.want...)
 			for _, l := range tt.lack {
 				if strings.Contains(joined, l+"\n") {
 					t.Errorf("excerpt has %q:\n%s", l, joined)
