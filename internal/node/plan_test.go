@@ -177,18 +177,26 @@ spec: {orchestrator: k8s, node: n1, pod: db, endpoint: eth0, interfaceName: cali
 	texttest.Contains(t, "IPv4 plan", v4,
 		"-A cali-pi-default/web-http -m comment --comment",
 		":cali-tw-cali2b3c4d5e6f7 - [0:0]",
-		"-A cali-to-wl-dispatch",
+		// The new pod's dispatch rule goes in among the others, not a
+		// rewrite of the chain (a commit that only adds is cheap).
+		"-I cali-to-wl-dispatch 2 ",
 	)
-	// The pools' IP set is refilled (the new pool added) and swapped in,
-	// through ipset restore before the rules that use it.
+	if strings.Contains(v4, ":cali-to-wl-dispatch ") {
+		t.Errorf("IPv4 plan rewrites the dispatch chain instead of inserting the new pod's rule:\n%s", v4)
+	}
+	// The pools' IP set gains the new pool, through ipset restore before
+	// the rules that use it: only the member added, no refill and swap.
 	sets, _, _ := strings.Cut(v4, "-- iptables")
 	for _, want := range []string{
 		"; 1 IP sets to write, 0 to destroy\n-- ipset restore (first)\n",
-		"add cali4t0 10.66.0.0/16\nadd cali4t0 10.67.0.0/16\nswap cali4t0 cali40network-ip-pools\n",
+		"add cali40network-ip-pools 10.67.0.0/16 -exist\n",
 	} {
 		if !strings.Contains(sets, want) {
 			t.Errorf("IPv4 plan's IP sets lack %q:\n%s", want, v4)
 		}
+	}
+	if strings.Contains(sets, "swap ") {
+		t.Errorf("IPv4 plan refills and swaps an IP set that only gains a member:\n%s", v4)
 	}
 	if strings.Contains(v4, ":cali-INPUT ") {
 		t.Errorf("IPv4 plan rewrites a chain that did not change:\n%s", v4)
