@@ -23,6 +23,7 @@ import (
 	"github.com/projectcalico/calico-node/agent/routes"
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/proctest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
@@ -133,12 +134,10 @@ func putJSON(t testing.TB, kv *clientv3.Client, key string, v any) {
 }
 
 func affinityKey(node, cidr string) string {
-	return ipamHostPrefix + node + "/ipv4/block/" + strings.Replace(cidr, "/", "-", 1)
+	return ipamkv.AffinityKey(ipamkv.AffinityHost, node, netip.MustParsePrefix(cidr))
 }
 
-func blockKey(cidr string) string {
-	return ipamBlockPrefix + "ipv4/block/" + strings.Replace(cidr, "/", "-", 1)
-}
+func blockKey(cidr string) string { return ipamkv.BlockKey(netip.MustParsePrefix(cidr)) }
 
 // blockJSON is an IPAM block in Calico's shape with the given ordinals
 // allocated to holders (ordinal -> node).

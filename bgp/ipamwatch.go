@@ -10,19 +10,12 @@ import (
 	"strings"
 
 	"github.com/projectcalico/calico-node/internal/datastore"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
-// IPAM keys (Calico's libcalico-go model, v3.31). The ipam package keeps
-// its key parsing and block model unexported, so the little this package
-// needs is parsed here.
-const (
-	ipamPrefix      = "/calico/ipam/v2/"
-	ipamHostPrefix  = ipamPrefix + "host/"
-	ipamBlockPrefix = ipamPrefix + "assignment/"
-	affinityPending = "pending"
-	hostAffinityTag = "host:"
-	attrNode        = "node"
-)
+// attrNode is the allocation attribute naming the node an address was
+// assigned on (Calico's IPAM "node" secondary attribute).
+const attrNode = "node"
 
 // IPAMStore is where the IPAM keys are watched: a datastore.Store's IPAM().
 type IPAMStore interface {
@@ -54,7 +47,7 @@ func newIPAMWatch(kv IPAMStore, node string, logger *slog.Logger, publish func(I
 
 // Run watches until ctx ends.
 func (w *ipamWatch) Run(ctx context.Context) {
-	events := w.kv.Watch(ctx, ipamPrefix)
+	events := w.kv.Watch(ctx, ipamkv.Prefix)
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,16 +101,14 @@ func (w *ipamWatch) handle(ev datastore.KVEvent) bool {
 // apply folds one key into the state and reports whether it mattered.
 func (w *ipamWatch) apply(key string, value []byte, deleted bool) bool {
 	switch {
-	case strings.HasPrefix(key, ipamHostPrefix+w.node+"/"):
-		cidr, ok := affinityCIDR(strings.TrimPrefix(key, ipamHostPrefix+w.node+"/"))
-		if !ok {
+	case strings.HasPrefix(key, ipamkv.AffinityHostPrefix(ipamkv.AffinityHost, w.node)):
+		typ, host, cidr, ok := ipamkv.ParseAffinityKey(key)
+		if !ok || typ != ipamkv.AffinityHost || host != w.node {
 			return false
 		}
 		confirmed := false
 		if !deleted {
-			var v struct {
-				State string `json:"state"`
-			}
+			var v ipamkv.Affinity
 			if err := json.Unmarshal(value, &v); err != nil {
 				w.log.Warn("undecodable block affinity", "key", key, "err", err)
 				return false
@@ -125,7 +116,7 @@ func (w *ipamWatch) apply(key string, value []byte, deleted bool) bool {
 			// A pending affinity is a claim in progress: Calico's confd ignores
 			// it. "confirmed", "" (older Calico) and "pendingDeletion" (still
 			// exported by BIRD until the affinity goes) count.
-			confirmed = v.State != affinityPending
+			confirmed = v.State != ipamkv.StatePending
 		}
 		if w.affinities[cidr] == confirmed {
 			return false
@@ -136,7 +127,7 @@ func (w *ipamWatch) apply(key string, value []byte, deleted bool) bool {
 			delete(w.affinities, cidr)
 		}
 		return true
-	case strings.HasPrefix(key, ipamBlockPrefix):
+	case strings.HasPrefix(key, ipamkv.BlockPrefix):
 		var addrs []netip.Addr
 		if !deleted {
 			var err error
@@ -177,44 +168,15 @@ func (w *ipamWatch) emit() {
 	w.publish(st)
 }
 
-// affinityCIDR parses the tail "ipv4/block/10.0.0.0-26" of an affinity key.
-func affinityCIDR(tail string) (netip.Prefix, bool) {
-	parts := strings.Split(tail, "/")
-	if len(parts) != 3 || parts[1] != "block" || (parts[0] != "ipv4" && parts[0] != "ipv6") {
-		return netip.Prefix{}, false
-	}
-	i := strings.LastIndex(parts[2], "-")
-	if i < 0 {
-		return netip.Prefix{}, false
-	}
-	p, err := netip.ParsePrefix(parts[2][:i] + "/" + parts[2][i+1:])
-	if err != nil {
-		return netip.Prefix{}, false
-	}
-	return p.Masked(), true
-}
-
 // borrowedIn returns the addresses of a block (as Calico stores it) that
 // are allocated to node while the block is not affine to node.
 func borrowedIn(value []byte, node string) ([]netip.Addr, error) {
-	var b struct {
-		CIDR         string  `json:"cidr"`
-		Affinity     *string `json:"affinity"`
-		HostAffinity *string `json:"hostAffinity"`
-		Allocations  []*int  `json:"allocations"`
-		Attributes   []struct {
-			Secondary map[string]string `json:"secondary"`
-		} `json:"attributes"`
-	}
+	var b ipamkv.Block
 	if err := json.Unmarshal(value, &b); err != nil {
 		return nil, err
 	}
-	aff := b.Affinity
-	if aff == nil && b.HostAffinity != nil {
-		h := hostAffinityTag + *b.HostAffinity
-		aff = &h
-	}
-	if aff != nil && *aff == hostAffinityTag+node {
+	b.UpgradeAffinity()
+	if b.Affinity != nil && *b.Affinity == ipamkv.HostAffinityPrefix+node {
 		return nil, nil
 	}
 	cidr, err := netip.ParsePrefix(b.CIDR)

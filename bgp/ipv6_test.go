@@ -1,9 +1,12 @@
 package bgp
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // TestIPv6Mesh: dual-stack nodes form the IPv6 mesh beside the IPv4 one and
@@ -23,8 +26,8 @@ func TestIPv6Mesh(t *testing.T) {
 	a1.waitSessions(t, 60*time.Second, "192.0.2.12", "2001:db8::12")
 	a2.waitSessions(t, 60*time.Second, "192.0.2.11", "2001:db8::11")
 
-	f.put(ipamHostPrefix+"n1/ipv6/block/fd00:10::-122", map[string]any{"state": "confirmed", "deleted": false})
-	f.put(ipamHostPrefix+"n2/ipv6/block/fd00:10::40-122", map[string]any{"state": "confirmed", "deleted": false})
+	f.put(ipamkv.AffinityKey(ipamkv.AffinityHost, "n1", netip.MustParsePrefix("fd00:10::/122")), map[string]any{"state": "confirmed", "deleted": false})
+	f.put(ipamkv.AffinityKey(ipamkv.AffinityHost, "n2", netip.MustParsePrefix("fd00:10::40/122")), map[string]any{"state": "confirmed", "deleted": false})
 	waitRoutes(t, h2, 20*time.Second, map[string]string{"fd00:10::/122": "via 2001:db8::11"})
 	waitRoutes(t, h1, 20*time.Second, map[string]string{"fd00:10::40/122": "via 2001:db8::12"})
 

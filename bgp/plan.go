@@ -7,6 +7,7 @@ import (
 	"github.com/projectcalico/calico-node/confwatch"
 	"github.com/projectcalico/calico-node/internal/datastore"
 	calicoapi "github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 )
 
 // Planned is what the speaker on a node would do with the datastore as it
@@ -33,7 +34,7 @@ func Plan(ctx context.Context, node string, objs []calicoapi.Object, kv datastor
 		ups = append(ups, confwatch.Update{Type: confwatch.Set, Key: confwatch.KeyOf(o), Object: o})
 	}
 	st.apply(ups, logger)
-	kvs, _, err := kv.List(ctx, ipamPrefix, false)
+	kvs, _, err := kv.List(ctx, ipamkv.Prefix, false)
 	if err != nil {
 		return Planned{}, err
 	}

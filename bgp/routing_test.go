@@ -310,24 +310,6 @@ func TestBorrowedIn(t *testing.T) {
 	}
 }
 
-func TestAffinityCIDR(t *testing.T) {
-	for tail, want := range map[string]string{
-		"ipv4/block/10.244.166.128-26": "10.244.166.128/26",
-		"ipv6/block/fd00:10::-122":     "fd00:10::/122",
-		"ipv4/block/garbage":           "",
-		"ipv4/other/10.0.0.0-26":       "",
-	} {
-		p, ok := affinityCIDR(tail)
-		got := ""
-		if ok {
-			got = p.String()
-		}
-		if got != want {
-			t.Errorf("affinityCIDR(%q) = %q, want %q", tail, got, want)
-		}
-	}
-}
-
 func TestParseProcAddr(t *testing.T) {
 	for in, want := range map[string]string{
 		"0100007F:00B3":                         "127.0.0.1:179",
