@@ -285,9 +285,10 @@ type loadBalancerController struct {
 	kick       kicker
 
 	// stale are handles to release per Service key: those of deleted
-	// Services and allocations whose Service has another UID now.
+	// Services and allocations whose Service has another UID now, each
+	// with the addresses a full pass saw it hold.
 	mu    sync.Mutex
-	stale map[string]map[string]bool
+	stale map[string]map[string][]netip.Addr
 	// warned is the last problem logged per key, so that a Service's
 	// bad annotation is logged once, not at every sync.
 	warned map[string]string
@@ -299,7 +300,7 @@ func newLoadBalancerController(c *Controllers, f *informers, src *kccSource, log
 	lb := &loadBalancerController{c: c, src: src, log: log,
 		services:   corelisters.NewServiceLister(svcs.GetIndexer()),
 		namespaces: corelisters.NewNamespaceLister(nss.GetIndexer()),
-		kick:       newKicker(), stale: map[string]map[string]bool{}, warned: map[string]string{}}
+		kick:       newKicker(), stale: map[string]map[string][]netip.Addr{}, warned: map[string]string{}}
 	lb.q = c.newQueue(LoadBalancer, log, nil, lb.sync, lb.keys)
 	// Only LoadBalancer Services (before or after the change) concern the
 	// controller; anything else holding addresses is found by the full
@@ -340,21 +341,53 @@ func (lb *loadBalancerController) enqueue(obj any) {
 	}
 }
 
-func (lb *loadBalancerController) addStale(key, handle string) {
+// addStale records handle as one to release for key, with the addresses
+// a full pass saw it hold (none from a delete event).
+func (lb *loadBalancerController) addStale(key, handle string, addrs ...netip.Addr) {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	if lb.stale[key] == nil {
-		lb.stale[key] = map[string]bool{}
+		lb.stale[key] = map[string][]netip.Addr{}
 	}
-	lb.stale[key][handle] = true
+	lb.stale[key][handle] = append(lb.stale[key][handle], addrs...)
 }
 
-func (lb *loadBalancerController) takeStale(key string) []string {
+// takeStale hands over (and forgets) key's handles to release, with the
+// addresses seen held by each.
+func (lb *loadBalancerController) takeStale(key string) map[string][]netip.Addr {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
-	hs := slices.Sorted(maps.Keys(lb.stale[key]))
+	hs := lb.stale[key]
 	delete(lb.stale, key)
 	return hs
+}
+
+// releaseStale releases what a gone (or replaced) Service's handle holds:
+// by handle, then each address the full pass saw the handle hold, by
+// address conditional on that handle. The second step frees an
+// allocation whose handle object is gone (on the Kubernetes datastore,
+// where the block and the handle are separate writes, an interrupted
+// write can leave one), which a release by handle cannot see; an address
+// reassigned since names another handle and is left alone.
+func (lb *loadBalancerController) releaseStale(ctx context.Context, key, h string, addrs []netip.Addr) error {
+	if err := lb.c.ipam.ReleaseByHandle(ctx, h); err != nil {
+		return err
+	}
+	if len(addrs) > 0 {
+		opts := make([]ipam.ReleaseOptions, len(addrs))
+		for i, a := range addrs {
+			opts[i] = ipam.ReleaseOptions{Addr: a, Handle: h}
+		}
+		unallocated, err := lb.c.ipam.Release(ctx, opts...)
+		if err != nil {
+			return err
+		}
+		if n := len(addrs) - len(unallocated); n > 0 {
+			lb.log.Warn("released LoadBalancer addresses that their handle no longer counted", "service", key, "handle", h, "addresses", n)
+		}
+	}
+	lb.log.Info("released the addresses of a service that is gone", "service", key, "handle", h)
+	return nil
 }
 
 // run runs the queue; IP pool and configuration changes bring a full
@@ -431,7 +464,7 @@ func (lb *loadBalancerController) keys(ctx context.Context) ([]string, error) {
 		key := ns + "/" + name
 		keys[key] = true
 		if current[key] != a.Handle {
-			lb.addStale(key, a.Handle)
+			lb.addStale(key, a.Handle, a.Addr)
 		}
 	}
 	return slices.Sorted(maps.Keys(keys)), nil
@@ -473,15 +506,15 @@ func (lb *loadBalancerController) sync(ctx context.Context, key string) (err err
 	if err != nil {
 		return fmt.Errorf("get service %s: %w", key, err)
 	}
-	for _, h := range lb.takeStale(key) {
+	stale := lb.takeStale(key)
+	for _, h := range slices.Sorted(maps.Keys(stale)) {
 		if svc != nil && h == lbHandle(svc) {
 			continue
 		}
-		if err := lb.c.ipam.ReleaseByHandle(ctx, h); err != nil {
-			lb.addStale(key, h)
+		if err := lb.releaseStale(ctx, key, h, stale[h]); err != nil {
+			lb.addStale(key, h, stale[h]...)
 			return fmt.Errorf("release addresses of %s (handle %s): %w", key, h, err)
 		}
-		lb.log.Info("released the addresses of a service that is gone", "service", key, "handle", h)
 	}
 	if svc == nil {
 		lb.warnOnce(key, "")

@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/projectcalico/calico-node/bgp"
+	"github.com/projectcalico/calico-node/internal/datastore"
 	"github.com/projectcalico/calico-node/internal/kube"
 	"github.com/projectcalico/calico-node/internal/model/api"
+	"github.com/projectcalico/calico-node/internal/model/ipamkv"
 	"github.com/projectcalico/calico-node/internal/testkit/etcdtest"
 	"github.com/projectcalico/calico-node/internal/testkit/kubetest"
 	"github.com/projectcalico/calico-node/internal/testkit/storetest"
@@ -368,6 +370,24 @@ func testLoadBalancer(t *testing.T, e *env) {
 		}
 		in = e.start(top, e.fastConfig("lb-3", LoadBalancer))
 		eventually(t, 30*time.Second, e.released(manual))
+	})
+
+	t.Run("an allocation whose handle is gone is released with its Service", func(t *testing.T) {
+		// The block still holds the address under the handle, the handle
+		// object is gone (on KDD an interrupted write can leave that): a
+		// release by handle alone finds nothing to release.
+		create("orphan", nil)
+		ip := served("orphan", "192.0.2.0/24")
+		svc := get("orphan")
+		in.stop(t)
+		if res, err := e.kv.Txn(e.ctx, datastore.Txn{Ops: []datastore.Op{{Type: datastore.OpDelete, Key: ipamkv.HandleKey(lbHandle(svc))}}}); err != nil || !res.Succeeded {
+			t.Fatalf("delete the handle: %v %+v", err, res)
+		}
+		if err := cs.CoreV1().Services("apps").Delete(e.ctx, "orphan", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		in = e.start(top, e.fastConfig("lb-4", LoadBalancer))
+		eventually(t, 30*time.Second, e.released(ip))
 	})
 
 	t.Run("a Service waiting for its pool is served when the pool comes", func(t *testing.T) {
